@@ -1,0 +1,34 @@
+#pragma once
+/// \file
+/// `attempt_context`: what an attempt may learn from, and tell, the retry loop.
+
+#include <chrono>
+
+namespace coretry {
+
+/// Passed to operations that take it (`op(attempt_context&)`), once per attempt.
+class attempt_context {
+public:
+  explicit attempt_context(unsigned number) noexcept : number_(number) {}
+
+  /// This attempt's number, from 1.
+  unsigned number() const noexcept { return number_; }
+
+  /// Asks for at least `hint` before the next attempt, as a server does with `Retry-After`.
+  /// The loop waits `max(backoff delay, min(hint, backoff.max_delay()))`, and gives up with
+  /// `errc::deadline_exceeded` rather than sleep past the deadline. The largest hint wins;
+  /// negative hints are ignored.
+  void retry_after(std::chrono::nanoseconds hint) noexcept {
+    if (hint > hint_)
+      hint_ = hint;
+  }
+
+  /// The hint given so far (zero if none).
+  std::chrono::nanoseconds retry_after() const noexcept { return hint_; }
+
+private:
+  unsigned number_;
+  std::chrono::nanoseconds hint_{0};
+};
+
+} // namespace coretry

@@ -1,0 +1,14 @@
+#pragma once
+/// \file
+/// Umbrella header: the whole core API of coretry. The libcurl adapter has its own,
+/// <coretry/curl.hpp>, and its own target, coretry::curl.
+
+#include <coretry/attempt.hpp>
+#include <coretry/backoff.hpp>
+#include <coretry/budget.hpp>
+#include <coretry/cancellation.hpp>
+#include <coretry/error.hpp>
+#include <coretry/policy.hpp>
+#include <coretry/random.hpp>
+#include <coretry/retry.hpp>
+#include <coretry/version.hpp>

@@ -1,0 +1,424 @@
+#pragma once
+// The retry loop itself, and the initiation behind async_retry. Private: include <coretry/retry.hpp>.
+
+#include <coretry/attempt.hpp>
+#include <coretry/error.hpp>
+#include <coretry/policy.hpp>
+#include <coretry/random.hpp>
+
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_state.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/error.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/deferred.hpp>
+#include <asio/experimental/parallel_group.hpp>
+#include <asio/post.hpp>
+#include <asio/strand.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace coretry::detail {
+
+// --- What an operation returns -------------------------------------------------------------
+
+template <class Op> decltype(auto) call_op(Op& op, attempt_context& ctx) {
+  if constexpr (std::is_invocable_v<Op&, attempt_context&>)
+    return op(ctx);
+  else
+    return op();
+}
+
+template <class A> struct awaitable_traits {
+  static_assert(sizeof(A) == 0, "coretry: the operation must return asio::awaitable<T>");
+};
+template <class T, class Executor> struct awaitable_traits<asio::awaitable<T, Executor>> {
+  using value_type = T;
+};
+
+template <class Op>
+using op_awaitable_t =
+    std::decay_t<decltype(call_op(std::declval<Op&>(), std::declval<attempt_context&>()))>;
+template <class Op> using op_result_t = typename awaitable_traits<op_awaitable_t<Op>>::value_type;
+
+// --- Policies --------------------------------------------------------------------------------
+
+template <class P> struct is_result_policy : std::false_type {};
+template <class F> struct is_result_policy<result_policy<F>> : std::true_type {};
+
+inline const retry_policy& base_policy(const retry_policy& p) noexcept { return p; }
+template <class F> const retry_policy& base_policy(const result_policy<F>& p) noexcept {
+  return p.policy;
+}
+
+// --- One attempt's outcome -------------------------------------------------------------------
+
+struct no_value {};
+template <class T> using stored_t = std::conditional_t<std::is_void_v<T>, no_value, T>;
+
+template <class T> struct attempt_outcome {
+  std::error_code error;
+  std::optional<stored_t<T>> value;
+};
+
+template <class T, class Policy> bool rejects(const Policy& policy, const stored_t<T>& value) {
+  if constexpr (is_result_policy<Policy>::value) {
+    static_assert(!std::is_void_v<T>, "coretry: retry_if_result needs an operation with a result");
+    return static_cast<bool>(std::invoke(policy.retry_if_result, std::as_const(value)));
+  } else {
+    (void)policy;
+    (void)value;
+    return false;
+  }
+}
+
+// Runs one attempt as a coroutine of its own, so that it can be raced against a timer.
+template <class T, class Op>
+asio::awaitable<attempt_outcome<T>> run_attempt(Op& op, attempt_context& ctx) {
+  attempt_outcome<T> out;
+  try {
+    if constexpr (std::is_void_v<T>) {
+      co_await call_op(op, ctx);
+      out.value.emplace();
+    } else {
+      out.value.emplace(co_await call_op(op, ctx));
+    }
+  } catch (const std::system_error& e) {
+    out.error = e.code();
+  }
+  co_return out;
+}
+
+[[noreturn]] inline void throw_aborted() {
+  throw std::system_error(asio::error::operation_aborted);
+}
+
+template <class Clock>
+typename Clock::time_point deadline_after(typename Clock::time_point start, nanoseconds limit) {
+  using tp = typename Clock::time_point;
+  if (limit == unlimited || start > tp::max() - limit)
+    return tp::max();
+  return start + std::chrono::duration_cast<typename Clock::duration>(limit);
+}
+
+// Records the elapsed time however the loop ends.
+template <class Clock> struct elapsed_guard {
+  retry_stats& stats;
+  typename Clock::time_point start;
+  ~elapsed_guard() { stats.elapsed = Clock::now() - start; }
+};
+
+// --- The loop --------------------------------------------------------------------------------
+
+template <class Timer, class T, class Op, class Policy>
+asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
+  using clock = typename Timer::clock_type;
+  const retry_policy& p = base_policy(policy);
+  retry_stats local_stats;
+  retry_stats& stats = stats_out ? *stats_out : local_stats;
+  stats = retry_stats{};
+  const auto start = clock::now();
+  elapsed_guard<clock> elapsed{stats, start};
+  const auto deadline = deadline_after<clock>(start, p.deadline);
+  const bool bounded = p.deadline != unlimited || p.attempt_timeout != unlimited;
+
+  // Created on first use: an operation that succeeds at once pays for none of these.
+  std::optional<Timer> sleep_timer;
+  std::optional<asio::strand<asio::any_io_executor>> race_executor;
+  std::optional<Timer> attempt_timer;
+  std::optional<fast_rng> rng;
+  nanoseconds previous = p.backoff.initial();
+
+  if (p.budget)
+    p.budget->on_request();
+
+  for (unsigned attempt = 1;; ++attempt) {
+    if (p.cancellation.cancelled()) {
+      stats.reason = errc::cancelled;
+      throw_aborted();
+    }
+    attempt_context ctx(attempt);
+    stats.attempts = attempt;
+    attempt_outcome<T> out;
+
+    if (!bounded) {
+      try {
+        if constexpr (std::is_void_v<T>) {
+          co_await call_op(op, ctx);
+          out.value.emplace();
+        } else {
+          out.value.emplace(co_await call_op(op, ctx));
+        }
+      } catch (const std::system_error& e) {
+        out.error = e.code();
+      }
+    } else {
+      const auto now = clock::now();
+      const nanoseconds remaining = deadline == clock::time_point::max() ? unlimited
+                                                                          : nanoseconds(deadline - now);
+      if (remaining <= nanoseconds::zero()) {
+        out.error = errc::deadline_exceeded;
+      } else {
+        // The race runs on a strand: the attempt and the timer may otherwise complete at once on
+        // two threads, and parallel_group is not thread-safe (asio #1348).
+        if (!race_executor)
+          race_executor.emplace(asio::make_strand(co_await asio::this_coro::executor));
+        if (!attempt_timer)
+          attempt_timer.emplace(*race_executor);
+        const bool by_deadline = remaining <= p.attempt_timeout;
+        attempt_timer->expires_after(by_deadline ? remaining : p.attempt_timeout);
+        auto [order, exception, outcome, timer_error] =
+            co_await asio::experimental::make_parallel_group(
+                asio::co_spawn(*race_executor, run_attempt<T>(op, ctx),
+                               asio::experimental::deferred),
+                attempt_timer->async_wait(asio::experimental::deferred))
+                .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+        (void)timer_error;
+        if (exception)
+          std::rethrow_exception(exception);
+        if (order[0] == 0 || outcome.value)
+          out = std::move(outcome);
+        else
+          out.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
+      }
+    }
+
+    if (!out.error) {
+      if (!rejects<T>(policy, *out.value)) {
+        if (p.budget)
+          p.budget->on_success();
+        stats.last_error = {};
+        stats.reason = {};
+        if constexpr (std::is_void_v<T>)
+          co_return;
+        else
+          co_return std::move(*out.value);
+      }
+      out.error = errc::result_rejected;
+    }
+
+    // A failed attempt. Cancellation wins over whatever the attempt reported.
+    asio::cancellation_state cancel_state = co_await asio::this_coro::cancellation_state;
+    if (cancel_state.cancelled() != asio::cancellation_type::none) {
+      stats.last_error = out.error;
+      stats.reason = asio::error::operation_aborted;
+      throw_aborted();
+    }
+    if (p.cancellation.cancelled()) {
+      stats.last_error = out.error;
+      stats.reason = errc::cancelled;
+      throw_aborted();
+    }
+    if (p.budget)
+      p.budget->on_failure();
+    stats.last_error = out.error;
+
+    const bool retryable = out.error == errc::result_rejected ||
+                           out.error == errc::attempt_timeout ||
+                           (p.retry_if ? p.retry_if(out.error) : default_retry_if(out.error));
+    std::error_code reason;
+    nanoseconds delay{0};
+    if (!retryable || out.error == errc::deadline_exceeded) {
+      reason = out.error;
+    } else if (attempt >= p.max_attempts) {
+      reason = errc::attempts_exhausted;
+    } else if (p.budget && !p.budget->try_retry()) {
+      reason = errc::budget_exhausted;
+    } else {
+      if (!rng)
+        rng.emplace(p.seed ? fast_rng(*p.seed) : fast_rng::from_entropy());
+      delay = p.backoff.delay(attempt - 1, previous, *rng);
+      previous = delay;
+      if (ctx.retry_after() > delay)
+        delay = std::max(delay, std::min(ctx.retry_after(), p.backoff.max_delay()));
+      if (deadline != clock::time_point::max() &&
+          (deadline - clock::now()) <= std::chrono::duration_cast<typename clock::duration>(delay))
+        reason = errc::deadline_exceeded;
+    }
+
+    if (reason) {
+      stats.reason = reason;
+      if (out.error == errc::result_rejected) {
+        if constexpr (!std::is_void_v<T>)
+          co_return std::move(*out.value);
+      }
+      const bool own_error = p.report == final_error::last_error || !retryable;
+      throw std::system_error(own_error ? out.error : reason);
+    }
+
+    if (p.on_retry)
+      p.on_retry(retry_event{attempt, out.error, delay, ctx.retry_after()});
+    stats.slept += delay;
+
+    if (delay == nanoseconds::zero()) {
+      // An expired timer would cost a timerfd round trip; a post yields just as well.
+      co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+    } else {
+      if (!sleep_timer)
+        sleep_timer.emplace(co_await asio::this_coro::executor);
+      sleep_timer->expires_after(std::chrono::duration_cast<typename clock::duration>(delay));
+      auto [sleep_error] =
+          co_await sleep_timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+      if (sleep_error) {
+        stats.reason = p.cancellation.cancelled() ? std::error_code(errc::cancelled)
+                                                  : std::error_code(asio::error::operation_aborted);
+        throw_aborted();
+      }
+    }
+  }
+}
+
+// --- async_retry's initiation ----------------------------------------------------------------
+
+template <class T> struct signatures {
+  using exception = void(std::exception_ptr, T);
+  using error = void(std::error_code, T);
+};
+template <> struct signatures<void> {
+  using exception = void(std::exception_ptr);
+  using error = void(std::error_code);
+};
+template <class T> using exception_signature_t = typename signatures<T>::exception;
+template <class T> using error_signature_t = typename signatures<T>::error;
+
+// Hands co_spawn's (exception_ptr[, T]) to a handler that takes the same.
+struct deliver_exception {
+  template <class Handler, class... V> static void deliver(Handler& h, std::exception_ptr e, V&&... v) {
+    std::move(h)(std::move(e), std::forward<V>(v)...);
+  }
+};
+
+// Hands co_spawn's (exception_ptr[, T]) to a handler that takes (error_code[, T]).
+struct deliver_error_code {
+  template <class Handler, class... V> static void deliver(Handler& h, std::exception_ptr e, V&&... v) {
+    std::error_code ec;
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::system_error& error) {
+        ec = error.code();
+      } // anything else propagates from the completion, as co_spawn's own does
+    }
+    std::move(h)(ec, std::forward<V>(v)...);
+  }
+};
+
+// Per-operation state when something may cancel it from outside: the signal that reaches the
+// coroutine, the strand it runs on, and the link in a group token's list.
+template <class Strand>
+struct cancellable_op final : cancellation_registration,
+                              std::enable_shared_from_this<cancellable_op<Strand>> {
+  explicit cancellable_op(Strand s, cancellation_token t) : strand(std::move(s)), token(std::move(t)) {
+    notify = &cancellable_op::on_group_cancel;
+  }
+
+  // Emits on the strand: the coroutine and everything it waits on live there.
+  void cancel_on_strand() {
+    asio::dispatch(strand, [self = this->shared_from_this()] {
+      self->signal.emit(asio::cancellation_type::terminal);
+    });
+  }
+
+  static void on_group_cancel(cancellation_registration& r) noexcept {
+    static_cast<cancellable_op&>(r).cancel_on_strand();
+  }
+
+  Strand strand;
+  cancellation_token token;
+  asio::cancellation_signal signal;
+};
+
+template <class Handler, class State, class Executor, class Deliver> class retry_completion {
+public:
+  retry_completion(Handler h, std::shared_ptr<State> s, Executor ex)
+      : handler_(std::move(h)), state_(std::move(s)), executor_(std::move(ex)) {}
+
+  using executor_type = asio::associated_executor_t<Handler, Executor>;
+  executor_type get_executor() const noexcept {
+    return asio::get_associated_executor(handler_, executor_);
+  }
+  using allocator_type = asio::associated_allocator_t<Handler>;
+  allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(handler_); }
+  using cancellation_slot_type = asio::cancellation_slot;
+  cancellation_slot_type get_cancellation_slot() const noexcept {
+    return state_ ? state_->signal.slot() : asio::cancellation_slot();
+  }
+
+  template <class... V> void operator()(std::exception_ptr e, V&&... v) {
+    if (state_) {
+      state_->token.detach(*state_);
+      auto user_slot = asio::get_associated_cancellation_slot(handler_);
+      if (user_slot.is_connected())
+        user_slot.clear();
+      state_.reset();
+    }
+    Deliver::deliver(handler_, std::move(e), std::forward<V>(v)...);
+  }
+
+private:
+  Handler handler_;
+  std::shared_ptr<State> state_;
+  Executor executor_;
+};
+
+template <class Timer, class T, class Deliver> struct initiate_retry {
+  template <class Handler, class Executor, class Op, class Policy>
+  void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy,
+                  retry_stats* stats) const {
+    using handler_type = std::decay_t<Handler>;
+    auto user_slot = asio::get_associated_cancellation_slot(handler);
+    const cancellation_token& token = base_policy(policy).cancellation;
+
+    if (!user_slot.is_connected() && !token.can_be_cancelled()) {
+      using completion = retry_completion<handler_type, cancellable_op<asio::strand<Executor>>,
+                                          Executor, Deliver>;
+      asio::co_spawn(ex, retry_loop<Timer, T>(std::move(op), std::move(policy), stats),
+                     completion(std::forward<Handler>(handler), nullptr, ex));
+      return;
+    }
+
+    using state_type = cancellable_op<asio::strand<Executor>>;
+    auto state = std::make_shared<state_type>(asio::make_strand(ex), token);
+    if (user_slot.is_connected()) {
+      // Any cancellation type stops the loop: a coroutine only heeds terminal ones.
+      user_slot.assign([state](asio::cancellation_type) { state->cancel_on_strand(); });
+    }
+    // Already cancelled: nothing is linked and the loop aborts before its first attempt.
+    token.attach(*state);
+    auto strand = state->strand;
+    asio::co_spawn(strand, retry_loop<Timer, T>(std::move(op), std::move(policy), stats),
+                   retry_completion<handler_type, state_type, Executor, Deliver>(
+                       std::forward<Handler>(handler), std::move(state), ex));
+  }
+};
+
+// retry_async's body when a group token may cancel it: the same initiation, awaited.
+template <class Timer, class T, class Op, class Policy>
+asio::awaitable<T> retry_via_initiation(Op op, Policy policy, retry_stats* stats) {
+  auto ex = co_await asio::this_coro::executor;
+  co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
+      initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, ex, std::move(op),
+      std::move(policy), stats);
+}
+
+template <class Timer, class T, class Op, class Policy>
+asio::awaitable<T> retry_entry(Op op, Policy policy, retry_stats* stats) {
+  if (base_policy(policy).cancellation.can_be_cancelled())
+    return retry_via_initiation<Timer, T>(std::move(op), std::move(policy), stats);
+  return retry_loop<Timer, T>(std::move(op), std::move(policy), stats);
+}
+
+} // namespace coretry::detail

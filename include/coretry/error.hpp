@@ -1,0 +1,41 @@
+#pragma once
+/// \file
+/// coretry's error codes. Cancellation is not one of them: a cancelled retry completes with
+/// `asio::error::operation_aborted`, the code every Asio user already tests for.
+
+#include <string>
+#include <system_error>
+
+namespace coretry {
+
+/// What the retry policy itself decided, as opposed to what an attempt reported.
+enum class errc {
+  /// Every allowed attempt failed (`retry_policy::max_attempts`). By default the loop reports the
+  /// last attempt's own error instead; this value is in `retry_stats::reason`, and is what
+  /// `final_error::policy_reason` reports.
+  attempts_exhausted = 1,
+  /// The overall deadline (`retry_policy::deadline`) passed during an attempt, or no further
+  /// attempt could start before it once the next delay was known.
+  deadline_exceeded,
+  /// One attempt ran longer than `retry_policy::attempt_timeout` and was cancelled. Retryable.
+  attempt_timeout,
+  /// The shared retry budget (`retry_policy::budget`) refused a retry.
+  budget_exhausted,
+  /// The attempt completed, but the result predicate asked for a retry (for example HTTP 503).
+  /// Seen by `on_retry` hooks; a loop that gives up after such a result returns the result itself.
+  result_rejected,
+  /// The group cancellation token was triggered. Operations complete with
+  /// `asio::error::operation_aborted`; this value only appears in `retry_stats::reason`.
+  cancelled,
+};
+
+/// The category of `coretry::errc`; its name is "coretry".
+const std::error_category& retry_category() noexcept;
+
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), retry_category()};
+}
+
+} // namespace coretry
+
+template <> struct std::is_error_code_enum<coretry::errc> : std::true_type {};

@@ -1,0 +1,84 @@
+#include <coretry/cancellation.hpp>
+
+#include <atomic>
+#include <mutex>
+
+namespace coretry {
+namespace detail {
+
+class cancellation_state {
+public:
+  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
+
+  bool attach(cancellation_registration& r) noexcept {
+    std::lock_guard lock(mutex_);
+    if (cancelled())
+      return false;
+    r.prev = nullptr;
+    r.next = head_;
+    if (head_)
+      head_->prev = &r;
+    head_ = &r;
+    r.linked = true;
+    return true;
+  }
+
+  void detach(cancellation_registration& r) noexcept {
+    std::lock_guard lock(mutex_);
+    if (!r.linked)
+      return;
+    if (r.prev)
+      r.prev->next = r.next;
+    else
+      head_ = r.next;
+    if (r.next)
+      r.next->prev = r.prev;
+    r.linked = false;
+  }
+
+  bool cancel() noexcept {
+    std::lock_guard lock(mutex_);
+    if (cancelled())
+      return false;
+    cancelled_.store(true, std::memory_order_release);
+    // Unlink each node before notifying it: once notified, the operation may finish (on its own
+    // executor) and its detach() must then find nothing to do.
+    while (cancellation_registration* r = head_) {
+      head_ = r->next;
+      if (head_)
+        head_->prev = nullptr;
+      r->linked = false;
+      r->notify(*r);
+    }
+    return true;
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::atomic<bool> cancelled_{false};
+  cancellation_registration* head_ = nullptr;
+};
+
+} // namespace detail
+
+cancellation_source::cancellation_source()
+    : state_(std::make_shared<detail::cancellation_state>()) {}
+
+cancellation_token cancellation_source::token() const noexcept { return cancellation_token(state_); }
+
+bool cancellation_source::cancel() noexcept { return state_->cancel(); }
+
+bool cancellation_source::cancelled() const noexcept { return state_->cancelled(); }
+
+bool cancellation_token::cancelled() const noexcept { return state_ && state_->cancelled(); }
+
+bool cancellation_token::attach(detail::cancellation_registration& r) const noexcept {
+  return state_ && state_->attach(r);
+}
+
+void cancellation_token::detach(detail::cancellation_registration& r) const noexcept {
+  if (state_)
+    state_->detach(r);
+}
+
+} // namespace coretry

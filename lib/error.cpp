@@ -1,0 +1,35 @@
+#include <coretry/error.hpp>
+
+namespace coretry {
+namespace {
+
+class retry_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "coretry"; }
+  std::string message(int value) const override {
+    switch (static_cast<errc>(value)) {
+    case errc::attempts_exhausted:
+      return "retry attempts exhausted";
+    case errc::deadline_exceeded:
+      return "retry deadline exceeded";
+    case errc::attempt_timeout:
+      return "attempt timed out";
+    case errc::budget_exhausted:
+      return "retry budget exhausted";
+    case errc::result_rejected:
+      return "attempt result rejected by the retry predicate";
+    case errc::cancelled:
+      return "retry cancelled";
+    }
+    return "unknown coretry error " + std::to_string(value);
+  }
+};
+
+} // namespace
+
+const std::error_category& retry_category() noexcept {
+  static const retry_category_impl category;
+  return category;
+}
+
+} // namespace coretry

@@ -1,0 +1,26 @@
+#include <coretry/policy.hpp>
+
+#include <asio/error.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace coretry {
+
+bool default_retry_if(const std::error_code& ec) noexcept {
+  return ec != asio::error::operation_aborted && ec != errc::cancelled;
+}
+
+void retry_policy::validate() const {
+  if (max_attempts == 0)
+    throw std::invalid_argument("coretry::retry_policy: max_attempts = 0 (must be at least 1)");
+  if (deadline <= nanoseconds::zero())
+    throw std::invalid_argument("coretry::retry_policy: deadline = " +
+                                std::to_string(deadline.count()) + "ns (must be positive)");
+  if (attempt_timeout <= nanoseconds::zero())
+    throw std::invalid_argument("coretry::retry_policy: attempt_timeout = " +
+                                std::to_string(attempt_timeout.count()) +
+                                "ns (must be positive)");
+}
+
+} // namespace coretry
