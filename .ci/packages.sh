@@ -1,0 +1,15 @@
+# Sourced by .ci/test and .ci/demo: installs the Debian packages named in "$@" that are missing.
+coretry_install_packages() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+CORETRY_PACKAGES=(cmake make g++ libasio-dev libcurl4-openssl-dev doctest-dev gnuplot-nox)
