@@ -158,7 +158,7 @@ public:
   /// Completion signature void(std::error_code); terminal/partial/total cancellation supported.
   template <class WaitToken> auto async_wait(WaitToken&& token) {
     return asio::async_initiate<WaitToken, void(std::error_code)>(
-        [this](auto handler) { start(std::move(handler)); }, token);
+        [self = this](auto handler) { self->start(std::move(handler)); }, token);
   }
 
 private:
