@@ -114,11 +114,14 @@ typename Clock::time_point deadline_after(typename Clock::time_point start, nano
   return start + std::chrono::duration_cast<typename Clock::duration>(limit);
 }
 
-// Records the elapsed time however the loop ends.
+// Records the elapsed time however the loop ends, when someone asked for stats.
 template <class Clock> struct elapsed_guard {
-  retry_stats& stats;
+  retry_stats* stats;
   typename Clock::time_point start;
-  ~elapsed_guard() { stats.elapsed = Clock::now() - start; }
+  ~elapsed_guard() {
+    if (stats)
+      stats->elapsed = Clock::now() - start;
+  }
 };
 
 // --- The loop --------------------------------------------------------------------------------
@@ -130,8 +133,11 @@ asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
   retry_stats local_stats;
   retry_stats& stats = stats_out ? *stats_out : local_stats;
   stats = retry_stats{};
-  const auto start = clock::now();
-  elapsed_guard<clock> elapsed{stats, start};
+  // The clock is read only when a deadline or the caller's stats need it: the common case, a
+  // call that succeeds at once, should cost little more than awaiting the operation.
+  const bool timed = p.deadline != unlimited || stats_out;
+  const auto start = timed ? clock::now() : typename clock::time_point{};
+  elapsed_guard<clock> elapsed{stats_out, start};
   const auto deadline = deadline_after<clock>(start, p.deadline);
   const bool bounded = p.deadline != unlimited || p.attempt_timeout != unlimited;
 

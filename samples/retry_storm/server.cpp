@@ -1,0 +1,303 @@
+// retry_storm_server: an HTTP/1.1 server whose response time follows article 000's latency model.
+//
+// Every request waits `base` while at most `limit` requests are in progress, and
+// `base * factor^((concurrency - limit) / k)` beyond that. The delay is not fixed when the request
+// arrives: it is recomputed from the *current* concurrency on every tick (and on every
+// completion), and a request completes once its age reaches the delay of the moment. So a crowd
+// slows down everyone already waiting, and the crowd thins only as requests complete. A request
+// whose client gave up (timed out, closed its socket) is not noticed: it keeps its place, and
+// counts towards concurrency, until its delay has passed, as in a real server that does the work
+// anyway.
+//
+// One thread, one io_context. Each connection carries one request and is closed after the
+// response ("Connection: close"): the storm is about requests, and a fresh connection per
+// request keeps the accounting simple (a client that timed out has closed its connection anyway).
+//
+// Output (stdout, line-buffered), machine-readable:
+//   port <n>                                      once, when listening
+//   stat t=<s> concurrency=<n> delay_ms=<d> accepted=<n> completed=<n>   every --stats-interval
+#include <asio/buffer.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read_until.hpp>
+#include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/streambuf.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using std::chrono::duration;
+using seconds_d = duration<double>;
+using asio::ip::tcp;
+constexpr auto as_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+struct model {
+  double base_s = 0.100;      ///< --base-ms
+  unsigned limit = 30;        ///< --limit
+  double factor = 1.05;       ///< --factor
+  double k = 15;              ///< --k
+  double max_delay_s = 3600;  ///< --max-delay-s: the saturation point of the curve.
+
+  /// The delay at a given concurrency; saturates at `max_delay_s` instead of overflowing.
+  double delay(std::size_t concurrency) const {
+    if (concurrency <= limit)
+      return base_s;
+    const double exponent = static_cast<double>(concurrency - limit) / k;
+    // Compare logarithms: factor^exponent may overflow long before the cap is reached.
+    const double log_delay = std::log(base_s) + exponent * std::log(factor);
+    return log_delay >= std::log(max_delay_s) ? max_delay_s : std::exp(log_delay);
+  }
+};
+
+struct options {
+  unsigned short port = 8070;
+  model m;
+  double tick_s = 0.050;
+  double stats_interval_s = 1.0;
+  int backlog = 512;
+};
+
+/// One request being "served": the coroutine waiting on `wake` is released by the scheduler.
+struct pending {
+  clock_type::time_point start;
+  asio::steady_timer wake;
+  bool done = false;
+};
+
+/// Owns the queue of requests in progress, oldest first, and decides when each completes.
+class scheduler {
+public:
+  scheduler(asio::io_context& io, const options& o) : io_(io), o_(o), tick_(io) {}
+
+  std::size_t concurrency() const { return queue_.size(); }
+  /// The model's delay at the current concurrency (the last one computed when idle).
+  double current_delay() const {
+    return queue_.empty() ? last_delay_ : o_.m.delay(queue_.size());
+  }
+
+  std::shared_ptr<pending> admit() {
+    auto p = std::make_shared<pending>(pending{clock_type::now(), asio::steady_timer(io_), false});
+    p->wake.expires_at(clock_type::time_point::max());
+    queue_.push_back(p);
+    // More concurrency only lengthens delays: the next tick is soon enough, unless the queue was
+    // empty and nothing is scheduled.
+    if (queue_.size() == 1)
+      reschedule(clock_type::now() + to_duration(o_.m.delay(queue_.size())));
+    return p;
+  }
+
+private:
+  static clock_type::duration to_duration(double s) {
+    return std::chrono::duration_cast<clock_type::duration>(seconds_d(s));
+  }
+
+  /// Completes every request whose age has reached the current delay. Requests are in arrival
+  /// order, so the oldest is checked first; each completion lowers concurrency, which may
+  /// shorten the delay for the next one.
+  void run_tick() {
+    const auto now = clock_type::now();
+    while (!queue_.empty()) {
+      last_delay_ = o_.m.delay(queue_.size());
+      auto& front = queue_.front();
+      if (now - front->start < to_duration(last_delay_))
+        break;
+      front->done = true;
+      front->wake.cancel();
+      queue_.pop_front();
+    }
+    if (queue_.empty())
+      return;
+    // Wake at the next tick, or earlier if the oldest request is due before it.
+    const auto due = queue_.front()->start + to_duration(last_delay_);
+    reschedule(std::min(now + to_duration(o_.tick_s), due));
+  }
+
+  void reschedule(clock_type::time_point at) {
+    if (armed_ && at >= armed_at_)
+      return;
+    armed_ = true;
+    armed_at_ = at;
+    tick_.expires_at(at);
+    tick_.async_wait([this, at](std::error_code ec) {
+      if (ec || at != armed_at_)
+        return; // superseded by an earlier wake-up
+      armed_ = false;
+      run_tick();
+    });
+  }
+
+  asio::io_context& io_;
+  const options& o_;
+  asio::steady_timer tick_;
+  bool armed_ = false;
+  clock_type::time_point armed_at_{};
+  std::deque<std::shared_ptr<pending>> queue_;
+  double last_delay_ = 0;
+};
+
+struct counters {
+  unsigned long accepted = 0;
+  unsigned long completed = 0;
+};
+
+asio::awaitable<void> serve(tcp::socket socket, scheduler& sched, counters& count) {
+  asio::streambuf head(64 * 1024);
+  auto [read_error, n] = co_await asio::async_read_until(socket, head, "\r\n\r\n", as_tuple);
+  (void)n;
+  if (read_error)
+    co_return; // no complete request: nothing to serve
+  auto p = sched.admit();
+  co_await p->wake.async_wait(as_tuple); // released (cancelled) by the scheduler
+  ++count.completed;
+  static constexpr std::string_view reply = "HTTP/1.1 200 OK\r\n"
+                                            "Content-Type: text/plain\r\n"
+                                            "Content-Length: 3\r\n"
+                                            "Connection: close\r\n\r\n"
+                                            "OK\n";
+  // The client may have given up long ago: a failed write is the expected fate of such requests.
+  co_await asio::async_write(socket, asio::buffer(reply), as_tuple);
+  std::error_code ignored;
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, scheduler& sched, counters& count) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(as_tuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted)
+        co_return;
+      // Out of descriptors or similar: wait a little rather than spin.
+      asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(10));
+      co_await pause.async_wait(as_tuple);
+      continue;
+    }
+    ++count.accepted;
+    asio::co_spawn(acceptor.get_executor(), serve(std::move(socket), sched, count), asio::detached);
+  }
+}
+
+asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& count) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  const auto start = clock_type::now();
+  auto next = start;
+  const auto interval =
+      std::chrono::duration_cast<clock_type::duration>(seconds_d(o.stats_interval_s));
+  for (;;) {
+    next += interval;
+    timer.expires_at(next);
+    auto [ec] = co_await timer.async_wait(as_tuple);
+    if (ec)
+      co_return;
+    // After a SIGSTOP several ticks are overdue at once: report once and skip ahead.
+    const auto now = clock_type::now();
+    while (next + interval <= now)
+      next += interval;
+    std::printf("stat t=%.3f concurrency=%zu delay_ms=%.1f accepted=%lu completed=%lu\n",
+                seconds_d(now - start).count(), sched.concurrency(), sched.current_delay() * 1e3,
+                count.accepted, count.completed);
+  }
+}
+
+void raise_fd_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code ? stderr : stdout,
+               "usage: retry_storm_server [--port N (0 = any; default 8070)] [--base-ms 100]\n"
+               "         [--limit 30] [--factor 1.05] [--k 15] [--max-delay-s 3600]\n"
+               "         [--tick-ms 50] [--stats-interval-s 1] [--backlog 512]\n"
+               "Response delay: base while concurrency <= limit, else\n"
+               "base * factor^((concurrency - limit) / k), capped at max-delay, re-evaluated\n"
+               "every tick from the current concurrency.\n");
+  std::exit(code);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h")
+      usage(0);
+    if (i + 1 >= argc)
+      usage(2);
+    const char* v = argv[++i];
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !std::isfinite(x) || x < 0)
+      usage(2);
+    if (a == "--port" && x <= 65535)
+      o.port = static_cast<unsigned short>(x);
+    else if (a == "--base-ms" && x > 0)
+      o.m.base_s = x / 1e3;
+    else if (a == "--limit")
+      o.m.limit = static_cast<unsigned>(x);
+    else if (a == "--factor" && x >= 1)
+      o.m.factor = x;
+    else if (a == "--k" && x > 0)
+      o.m.k = x;
+    else if (a == "--max-delay-s" && x > 0)
+      o.m.max_delay_s = x;
+    else if (a == "--tick-ms" && x > 0)
+      o.tick_s = x / 1e3;
+    else if (a == "--stats-interval-s" && x > 0)
+      o.stats_interval_s = x;
+    else if (a == "--backlog" && x >= 1)
+      o.backlog = static_cast<int>(std::min(x, 1e6));
+    else
+      usage(2);
+  }
+  o.m.max_delay_s = std::max(o.m.max_delay_s, o.m.base_s);
+  return o;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  raise_fd_limit();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  asio::io_context io(1);
+  tcp::acceptor acceptor(io);
+  const tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), o.port);
+  acceptor.open(endpoint.protocol());
+  acceptor.set_option(tcp::acceptor::reuse_address(true));
+  acceptor.bind(endpoint);
+  // The accept queue is where requests pile up while the process is stopped: its length bounds
+  // the burst of stale requests the server finds when it resumes (see docs/retry_storm.md).
+  acceptor.listen(o.backlog);
+  std::printf("port %u\n", static_cast<unsigned>(acceptor.local_endpoint().port()));
+
+  scheduler sched(io, o);
+  counters count;
+  asio::co_spawn(io, accept_loop(acceptor, sched, count), asio::detached);
+  asio::co_spawn(io, report_loop(o, sched, count), asio::detached);
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](std::error_code, int) { io.stop(); });
+  io.run();
+  return 0;
+}
