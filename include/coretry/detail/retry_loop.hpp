@@ -102,10 +102,6 @@ asio::awaitable<attempt_outcome<T>> run_attempt(Op& op, attempt_context& ctx) {
   co_return out;
 }
 
-[[noreturn]] inline void throw_aborted() {
-  throw std::system_error(asio::error::operation_aborted);
-}
-
 template <class Clock>
 typename Clock::time_point deadline_after(typename Clock::time_point start, nanoseconds limit) {
   using tp = typename Clock::time_point;
@@ -126,8 +122,16 @@ template <class Clock> struct elapsed_guard {
 
 // --- The loop --------------------------------------------------------------------------------
 
-template <class Timer, class T, class Op, class Policy>
-asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
+// What the loop returns: the value to hand back, or the error to report.
+template <class T> using loop_result = attempt_outcome<T>;
+
+// The loop never throws on its own account: every exit sets `result` and leaves the for loop,
+// and only the awaitable front end (`Throwing`) turns an error into an exception, once. The
+// completion-token path thus costs no exception at all, even when cancelling a million
+// sleeping operations. Exceptions other than std::system_error from `op` pass through.
+template <class Timer, class T, bool Throwing, class Op, class Policy>
+asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
+retry_loop(Op op, Policy policy, retry_stats* stats_out) {
   using clock = typename Timer::clock_type;
   const retry_policy& p = base_policy(policy);
   retry_stats local_stats;
@@ -147,6 +151,7 @@ asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
   std::optional<Timer> attempt_timer;
   std::optional<fast_rng> rng;
   nanoseconds previous = p.backoff.initial();
+  loop_result<T> result;
 
   if (p.budget)
     p.budget->on_request();
@@ -154,7 +159,8 @@ asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
   for (unsigned attempt = 1;; ++attempt) {
     if (p.cancellation.cancelled()) {
       stats.reason = errc::cancelled;
-      throw_aborted();
+      result.error = asio::error::operation_aborted;
+      break;
     }
     attempt_context ctx(attempt);
     stats.attempts = attempt;
@@ -208,29 +214,24 @@ asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
           p.budget->on_success();
         stats.last_error = {};
         stats.reason = {};
-        if constexpr (std::is_void_v<T>)
-          co_return;
-        else
-          co_return std::move(*out.value);
+        result = std::move(out);
+        break;
       }
       out.error = errc::result_rejected;
     }
 
     // A failed attempt. Cancellation wins over whatever the attempt reported.
+    stats.last_error = out.error;
     asio::cancellation_state cancel_state = co_await asio::this_coro::cancellation_state;
-    if (cancel_state.cancelled() != asio::cancellation_type::none) {
-      stats.last_error = out.error;
-      stats.reason = asio::error::operation_aborted;
-      throw_aborted();
-    }
-    if (p.cancellation.cancelled()) {
-      stats.last_error = out.error;
-      stats.reason = errc::cancelled;
-      throw_aborted();
+    if (cancel_state.cancelled() != asio::cancellation_type::none ||
+        p.cancellation.cancelled()) {
+      stats.reason = p.cancellation.cancelled() ? std::error_code(errc::cancelled)
+                                                : std::error_code(asio::error::operation_aborted);
+      result.error = asio::error::operation_aborted;
+      break;
     }
     if (p.budget)
       p.budget->on_failure();
-    stats.last_error = out.error;
 
     const bool retryable = out.error == errc::result_rejected ||
                            out.error == errc::attempt_timeout ||
@@ -258,11 +259,13 @@ asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
     if (reason) {
       stats.reason = reason;
       if (out.error == errc::result_rejected) {
-        if constexpr (!std::is_void_v<T>)
-          co_return std::move(*out.value);
+        out.error = {}; // give up with the last result, not an error
+        result = std::move(out);
+      } else {
+        const bool own_error = p.report == final_error::last_error || !retryable;
+        result.error = own_error ? out.error : reason;
       }
-      const bool own_error = p.report == final_error::last_error || !retryable;
-      throw std::system_error(own_error ? out.error : reason);
+      break;
     }
 
     if (p.on_retry)
@@ -281,9 +284,19 @@ asio::awaitable<T> retry_loop(Op op, Policy policy, retry_stats* stats_out) {
       if (sleep_error) {
         stats.reason = p.cancellation.cancelled() ? std::error_code(errc::cancelled)
                                                   : std::error_code(asio::error::operation_aborted);
-        throw_aborted();
+        result.error = asio::error::operation_aborted;
+        break;
       }
     }
+  }
+
+  if constexpr (Throwing) {
+    if (result.error)
+      throw std::system_error(result.error);
+    if constexpr (!std::is_void_v<T>)
+      co_return std::move(*result.value);
+  } else {
+    co_return result;
   }
 }
 
@@ -300,25 +313,48 @@ template <> struct signatures<void> {
 template <class T> using exception_signature_t = typename signatures<T>::exception;
 template <class T> using error_signature_t = typename signatures<T>::error;
 
-// Hands co_spawn's (exception_ptr[, T]) to a handler that takes the same.
+// The value to hand over with an error: the completion signatures carry a T either way.
+template <class T> T value_or_default(loop_result<T>& r) {
+  if (r.value)
+    return std::move(*r.value);
+  static_assert(std::is_default_constructible_v<T>,
+                "coretry: async_retry (and retry_async with a group token) deliver a T with every "
+                "error, so T must be default constructible");
+  return T{};
+}
+
+// Delivers the loop's result to a handler taking (exception_ptr[, T]): retry_async's.
 struct deliver_exception {
-  template <class Handler, class... V> static void deliver(Handler& h, std::exception_ptr e, V&&... v) {
-    std::move(h)(std::move(e), std::forward<V>(v)...);
+  template <class T, class Handler>
+  static void deliver(Handler& h, std::exception_ptr e, loop_result<T>& r) {
+    if (!e && r.error)
+      e = std::make_exception_ptr(std::system_error(r.error));
+    if constexpr (std::is_void_v<T>)
+      std::move(h)(std::move(e));
+    else
+      std::move(h)(std::move(e), value_or_default(r));
   }
 };
 
-// Hands co_spawn's (exception_ptr[, T]) to a handler that takes (error_code[, T]).
+// Delivers the loop's result to a handler taking (error_code[, T]): async_retry's.
 struct deliver_error_code {
-  template <class Handler, class... V> static void deliver(Handler& h, std::exception_ptr e, V&&... v) {
-    std::error_code ec;
+  template <class T, class Handler>
+  static void deliver(Handler& h, std::exception_ptr e, loop_result<T>& r) {
+    std::error_code ec = r.error;
     if (e) {
+      // Only when the operation was cancelled before the coroutine first ran, or when the
+      // operation threw something other than std::system_error: that propagates from here,
+      // as it does from co_spawn's own completion.
       try {
         std::rethrow_exception(e);
       } catch (const std::system_error& error) {
         ec = error.code();
-      } // anything else propagates from the completion, as co_spawn's own does
+      }
     }
-    std::move(h)(ec, std::forward<V>(v)...);
+    if constexpr (std::is_void_v<T>)
+      std::move(h)(ec);
+    else
+      std::move(h)(ec, value_or_default(r));
   }
 };
 
@@ -347,7 +383,8 @@ struct cancellable_op final : cancellation_registration,
   asio::cancellation_signal signal;
 };
 
-template <class Handler, class State, class Executor, class Deliver> class retry_completion {
+template <class T, class Handler, class State, class Executor, class Deliver>
+class retry_completion {
 public:
   retry_completion(Handler h, std::shared_ptr<State> s, Executor ex)
       : handler_(std::move(h)), state_(std::move(s)), executor_(std::move(ex)) {}
@@ -363,7 +400,7 @@ public:
     return state_ ? state_->signal.slot() : asio::cancellation_slot();
   }
 
-  template <class... V> void operator()(std::exception_ptr e, V&&... v) {
+  void operator()(std::exception_ptr e, loop_result<T> r) {
     if (state_) {
       state_->token.detach(*state_);
       auto user_slot = asio::get_associated_cancellation_slot(handler_);
@@ -371,7 +408,7 @@ public:
         user_slot.clear();
       state_.reset();
     }
-    Deliver::deliver(handler_, std::move(e), std::forward<V>(v)...);
+    Deliver::template deliver<T>(handler_, std::move(e), r);
   }
 
 private:
@@ -389,9 +426,9 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
     const cancellation_token& token = base_policy(policy).cancellation;
 
     if (!user_slot.is_connected() && !token.can_be_cancelled()) {
-      using completion = retry_completion<handler_type, cancellable_op<asio::strand<Executor>>,
+      using completion = retry_completion<T, handler_type, cancellable_op<asio::strand<Executor>>,
                                           Executor, Deliver>;
-      asio::co_spawn(ex, retry_loop<Timer, T>(std::move(op), std::move(policy), stats),
+      asio::co_spawn(ex, retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats),
                      completion(std::forward<Handler>(handler), nullptr, ex));
       return;
     }
@@ -405,8 +442,8 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
     // Already cancelled: nothing is linked and the loop aborts before its first attempt.
     token.attach(*state);
     auto strand = state->strand;
-    asio::co_spawn(strand, retry_loop<Timer, T>(std::move(op), std::move(policy), stats),
-                   retry_completion<handler_type, state_type, Executor, Deliver>(
+    asio::co_spawn(strand, retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats),
+                   retry_completion<T, handler_type, state_type, Executor, Deliver>(
                        std::forward<Handler>(handler), std::move(state), ex));
   }
 };
@@ -424,7 +461,7 @@ template <class Timer, class T, class Op, class Policy>
 asio::awaitable<T> retry_entry(Op op, Policy policy, retry_stats* stats) {
   if (base_policy(policy).cancellation.can_be_cancelled())
     return retry_via_initiation<Timer, T>(std::move(op), std::move(policy), stats);
-  return retry_loop<Timer, T>(std::move(op), std::move(policy), stats);
+  return retry_loop<Timer, T, true>(std::move(op), std::move(policy), stats);
 }
 
 } // namespace coretry::detail

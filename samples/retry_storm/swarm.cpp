@@ -1,0 +1,250 @@
+#include "swarm.hpp"
+
+#include <coretry/error.hpp>
+#include <coretry/policy.hpp>
+#include <coretry/random.hpp>
+#include <coretry/retry.hpp>
+
+#include <asio/buffer.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/detached.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/read_until.hpp>
+#include <asio/streambuf.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#ifdef CORETRY_STORM_HAVE_CURL
+#include <coretry/curl/client.hpp>
+#endif
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <system_error>
+
+namespace retry_storm {
+
+using namespace std::chrono_literals;
+using asio::ip::tcp;
+
+std::optional<coretry::backoff> strategy_backoff(std::string_view name) {
+  // The experiment's policies differ only in their backoff; "full" is exactly what a
+  // default-constructed coretry::retry_policy uses.
+  const auto curve = coretry::backoff::exponential(100ms, 2.0, 32s);
+  if (name == "fixed")
+    return coretry::backoff::fixed(100ms);
+  if (name == "exponential")
+    return curve;
+  if (name == "full" || name == "recommended")
+    return coretry::retry_policy{}.backoff;
+  if (name == "equal")
+    return curve.with_jitter(coretry::jitter::equal());
+  if (name == "decorrelated")
+    return curve.with_jitter(coretry::jitter::decorrelated());
+  if (name == "normal")
+    return curve.with_jitter(coretry::jitter::normal(0.1));
+  return std::nullopt;
+}
+
+bool have_curl_transport() noexcept {
+#ifdef CORETRY_STORM_HAVE_CURL
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+/// The parts of an `http://host:port/path` URL the plain-Asio transport needs. Only numeric
+/// IPv4/IPv6 hosts and "localhost": the experiment runs on loopback, and a resolver per attempt
+/// would only add noise.
+struct parsed_url {
+  tcp::endpoint endpoint;
+  std::string host_header;
+  std::string path;
+};
+
+parsed_url parse_url(const std::string& url) {
+  constexpr std::string_view scheme = "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0)
+    throw std::invalid_argument("only http:// URLs are supported by the asio transport: " + url);
+  const std::string rest = url.substr(scheme.size());
+  const auto slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  parsed_url out;
+  out.path = slash == std::string::npos ? "/" : rest.substr(slash);
+  out.host_header = authority;
+  std::string host = authority;
+  unsigned short port = 80;
+  if (const auto colon = authority.rfind(':');
+      colon != std::string::npos && authority.find(']', colon) == std::string::npos) {
+    host = authority.substr(0, colon);
+    port = static_cast<unsigned short>(std::stoul(authority.substr(colon + 1)));
+  }
+  if (host.size() > 1 && host.front() == '[')
+    host = host.substr(1, host.size() - 2);
+  if (host == "localhost")
+    host = "127.0.0.1";
+  std::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec)
+    throw std::invalid_argument("the asio transport needs a numeric host: " + url);
+  out.endpoint = tcp::endpoint(address, port);
+  return out;
+}
+
+/// One GET over a fresh connection, read to the end. Cancellation (the retry loop's attempt
+/// timeout) reaches every socket operation through the coroutine's cancellation slot, and the
+/// socket is closed when the frame unwinds.
+asio::awaitable<void> asio_get(const parsed_url& target, const std::string& request) {
+  tcp::socket socket(co_await asio::this_coro::executor);
+  co_await socket.async_connect(target.endpoint, asio::use_awaitable);
+  co_await asio::async_write(socket, asio::buffer(request), asio::use_awaitable);
+  asio::streambuf response;
+  co_await asio::async_read_until(socket, response, "\r\n", asio::use_awaitable);
+  std::istream in(&response);
+  std::string version;
+  unsigned status = 0;
+  in >> version >> status;
+  if (status < 200 || status > 299)
+    throw std::system_error(make_error_code(std::errc::protocol_error));
+  // Drain the rest (the server closes after its answer); EOF is the normal end.
+  auto [ec, n] = co_await asio::async_read(socket, response,
+                                           asio::experimental::as_tuple(asio::use_awaitable));
+  (void)n;
+  if (ec && ec != asio::error::eof)
+    throw std::system_error(ec);
+}
+
+} // namespace
+
+struct swarm::transport_state {
+  transport_fn perform;
+  parsed_url target;
+  std::string request;
+#ifdef CORETRY_STORM_HAVE_CURL
+  std::unique_ptr<coretry::curl::client> curl;
+#endif
+};
+
+swarm::swarm(asio::io_context& io, swarm_config config)
+    : io_(io), config_(std::move(config)),
+      backoff_(strategy_backoff(config_.strategy)
+                   .value_or(coretry::backoff::fixed(std::chrono::nanoseconds::zero()))),
+      transport_(std::make_unique<transport_state>()) {
+  if (!strategy_backoff(config_.strategy))
+    throw std::invalid_argument("unknown strategy '" + config_.strategy +
+                                "'; known: " + std::string(strategy_names));
+  if (config_.clients == 0 || !(config_.think_mean_s > 0) || !(config_.timeout_s > 0))
+    throw std::invalid_argument("clients, think time and timeout must be positive");
+  transport_state& t = *transport_;
+  if (config_.transport == transport_kind::curl) {
+#ifdef CORETRY_STORM_HAVE_CURL
+    coretry::curl::options opts;
+    // Every client may have an attempt in flight: the storm needs as many connections as
+    // clients, or the client itself would throttle the retries the experiment is about.
+    opts.max_total_connections = config_.clients;
+    t.curl = std::make_unique<coretry::curl::client>(io_.get_executor(), opts);
+    t.perform = [this, &t]() -> asio::awaitable<void> {
+      coretry::curl::request req;
+      req.url = config_.url;
+      // The retry loop's attempt timeout is the one that counts; curl's is only a backstop.
+      req.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::duration<double>(config_.timeout_s * 2));
+      const auto res = co_await t.curl->perform(std::move(req));
+      if (res.status < 200 || res.status > 299)
+        throw std::system_error(make_error_code(std::errc::protocol_error));
+    };
+#else
+    throw std::invalid_argument("this build has no curl transport; use --transport asio");
+#endif
+  } else {
+    t.target = parse_url(config_.url);
+    t.request = "GET " + t.target.path + " HTTP/1.1\r\nHost: " + t.target.host_header +
+                "\r\nConnection: close\r\n\r\n";
+    t.perform = [&t]() { return asio_get(t.target, t.request); };
+  }
+}
+
+swarm::~swarm() = default;
+
+std::string swarm::describe() const {
+  return config_.strategy + ": " + backoff_.to_string();
+}
+
+void swarm::start() {
+  think_timers_.reserve(config_.clients);
+  for (unsigned i = 0; i < config_.clients; ++i) {
+    think_timers_.push_back(std::make_unique<asio::steady_timer>(io_));
+    ++counters_.alive;
+    asio::co_spawn(io_, client_loop(i), asio::detached);
+  }
+}
+
+void swarm::stop() {
+  stopping_ = true;
+  stop_source_.cancel();
+  for (auto& t : think_timers_)
+    t->cancel();
+}
+
+asio::awaitable<void> swarm::client_loop(unsigned index) {
+  struct alive_guard {
+    std::int64_t& n;
+    ~alive_guard() { --n; }
+  } guard{counters_.alive};
+  coretry::fast_rng rng(config_.seed * 0x9e3779b97f4a7c15ull + index);
+  asio::steady_timer& think = *think_timers_[index];
+
+  coretry::retry_policy policy{
+      .max_attempts = std::numeric_limits<unsigned>::max(), // retry until success
+      .attempt_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(config_.timeout_s)),
+      .backoff = backoff_,
+      .on_retry =
+          [this](const coretry::retry_event& e) {
+            if (e.error == coretry::errc::attempt_timeout || e.error == std::errc::timed_out)
+              ++counters_.timeouts;
+            else
+              ++counters_.errors;
+          },
+      .cancellation = stop_source_.token(),
+  };
+
+  auto attempt = [this]() -> asio::awaitable<void> {
+    struct in_flight_guard {
+      std::int64_t& n;
+      explicit in_flight_guard(std::int64_t& c) : n(c) { ++n; }
+      ~in_flight_guard() { --n; }
+    } in_flight{counters_.in_flight};
+    ++counters_.attempts;
+    co_await transport_->perform();
+  };
+
+  while (!stopping_) {
+    // Exponential think time: memoryless, so the load is steady from the first second.
+    const double think_s = -std::log(1.0 - rng.uniform()) * config_.think_mean_s;
+    think.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
+        std::chrono::duration<double>(think_s)));
+    auto [ec] = co_await think.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    if (ec || stopping_)
+      break;
+    policy.seed = rng();
+    ++counters_.retrying;
+    try {
+      co_await coretry::retry_async(attempt, policy);
+      ++counters_.ok;
+    } catch (const std::system_error&) {
+      // Only cancellation (stop()) ends a retry operation with unlimited attempts.
+    }
+    --counters_.retrying;
+  }
+}
+
+} // namespace retry_storm

@@ -1,0 +1,94 @@
+#pragma once
+// The client swarm: N independent users in closed loops, each retrying failed requests with one
+// retry strategy, all on one thread.
+
+#include <coretry/backoff.hpp>
+#include <coretry/cancellation.hpp>
+
+#include <asio/awaitable.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace retry_storm {
+
+/// The retry strategies of the experiment, by name:
+/// `fixed` (100 ms, no jitter: the article's naive client), `exponential` (100 ms doubling to
+/// 32 s, no jitter), and the same curve with `full` (coretry's default, "recommended"), `equal`,
+/// `decorrelated` or `normal` (article 000: relative deviation 0.1) jitter.
+std::optional<coretry::backoff> strategy_backoff(std::string_view name);
+/// The names above, for usage messages.
+inline constexpr std::string_view strategy_names =
+    "fixed, exponential, full (= recommended), equal, decorrelated, normal";
+
+enum class transport_kind { curl, asio };
+
+struct swarm_config {
+  std::string url = "http://127.0.0.1:8070/";
+  unsigned clients = 1000;
+  double think_mean_s = 10.0; ///< Mean of the exponential think time between requests.
+  double timeout_s = 2.0;     ///< Per-attempt timeout.
+  std::string strategy = "full";
+  std::uint64_t seed = 1;
+  transport_kind transport = transport_kind::curl;
+};
+
+/// Running totals; the driver samples them once a second and takes differences.
+struct swarm_counters {
+  std::uint64_t ok = 0;        ///< Requests that succeeded (one per closed-loop cycle).
+  std::uint64_t errors = 0;    ///< Failed attempts other than timeouts.
+  std::uint64_t timeouts = 0;  ///< Attempts that hit the per-attempt timeout.
+  std::uint64_t attempts = 0;  ///< Attempts started.
+  std::int64_t in_flight = 0;  ///< Attempts in progress now.
+  std::int64_t retrying = 0;   ///< Clients inside a retry operation now (in an attempt or asleep).
+  std::int64_t alive = 0;      ///< Client loops still running.
+
+  /// Clients sleeping in backoff between attempts.
+  std::int64_t waiting() const { return retrying - in_flight; }
+};
+
+/// One HTTP attempt: completes normally on a 2xx answer, throws `std::system_error` otherwise.
+using transport_fn = std::function<asio::awaitable<void>()>;
+
+/// Whether this build has coretry's curl adapter.
+bool have_curl_transport() noexcept;
+
+/// The swarm. Lives on one io_context; `start()` spawns the clients, `stop()` cancels them all
+/// (their think sleeps, their backoff sleeps through a coretry group token, and their attempts),
+/// after which the io_context runs out of the swarm's work.
+class swarm {
+public:
+  /// Throws `std::invalid_argument` for an unknown strategy or an unusable URL.
+  swarm(asio::io_context& io, swarm_config config);
+  ~swarm();
+  swarm(const swarm&) = delete;
+  swarm& operator=(const swarm&) = delete;
+
+  void start();
+  void stop();
+  const swarm_counters& counters() const noexcept { return counters_; }
+  const swarm_config& config() const noexcept { return config_; }
+  std::string describe() const;
+
+private:
+  asio::awaitable<void> client_loop(unsigned index);
+
+  asio::io_context& io_;
+  swarm_config config_;
+  coretry::backoff backoff_;
+  swarm_counters counters_;
+  coretry::cancellation_source stop_source_;
+  bool stopping_ = false;
+  std::vector<std::unique_ptr<asio::steady_timer>> think_timers_;
+  struct transport_state;
+  std::unique_ptr<transport_state> transport_;
+};
+
+} // namespace retry_storm
