@@ -15,7 +15,8 @@
 //
 // Output (stdout, line-buffered), machine-readable:
 //   port <n>                                      once, when listening
-//   stat t=<s> concurrency=<n> delay_ms=<d> accepted=<n> completed=<n>   every --stats-interval
+//   stat t=<s> concurrency=<n> delay_ms=<d> peak=<n> accepted=<n> completed=<n>
+//     every --stats-interval; peak is the highest concurrency since the previous line
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -93,10 +94,18 @@ public:
     return queue_.empty() ? last_delay_ : o_.m.delay(queue_.size());
   }
 
+  /// The highest concurrency since the last call (the per-second samples would miss a burst).
+  std::size_t take_peak() {
+    const std::size_t peak = peak_;
+    peak_ = queue_.size();
+    return peak;
+  }
+
   std::shared_ptr<pending> admit() {
     auto p = std::make_shared<pending>(pending{clock_type::now(), asio::steady_timer(io_), false});
     p->wake.expires_at(clock_type::time_point::max());
     queue_.push_back(p);
+    peak_ = std::max(peak_, queue_.size());
     // More concurrency only lengthens delays: the next tick is soon enough, unless the queue was
     // empty and nothing is scheduled.
     if (queue_.size() == 1)
@@ -151,6 +160,7 @@ private:
   clock_type::time_point armed_at_{};
   std::deque<std::shared_ptr<pending>> queue_;
   double last_delay_ = 0;
+  std::size_t peak_ = 0;
 };
 
 struct counters {
@@ -210,9 +220,9 @@ asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& 
     const auto now = clock_type::now();
     while (next + interval <= now)
       next += interval;
-    std::printf("stat t=%.3f concurrency=%zu delay_ms=%.1f accepted=%lu completed=%lu\n",
+    std::printf("stat t=%.3f concurrency=%zu delay_ms=%.1f peak=%zu accepted=%lu completed=%lu\n",
                 seconds_d(now - start).count(), sched.concurrency(), sched.current_delay() * 1e3,
-                count.accepted, count.completed);
+                sched.take_peak(), count.accepted, count.completed);
   }
 }
 

@@ -16,8 +16,6 @@
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
 #include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/deferred.hpp>
-#include <asio/experimental/parallel_group.hpp>
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/this_coro.hpp>
@@ -85,22 +83,29 @@ template <class T, class Policy> bool rejects(const Policy& policy, const stored
   }
 }
 
-// Runs one attempt as a coroutine of its own, so that it can be raced against a timer.
-template <class T, class Op>
-asio::awaitable<attempt_outcome<T>> run_attempt(Op& op, attempt_context& ctx) {
-  attempt_outcome<T> out;
-  try {
-    if constexpr (std::is_void_v<T>) {
-      co_await call_op(op, ctx);
-      out.value.emplace();
-    } else {
-      out.value.emplace(co_await call_op(op, ctx));
+// What an operation that can be cancelled from outside, or whose attempts are timed, shares
+// with the handlers that cancel it. Lives as long as the operation and any handler that may
+// still reach it; every field is touched only on the operation's strand.
+struct op_control : cancellation_registration, std::enable_shared_from_this<op_control> {
+  /// Bound to the loop's co_spawn: emitting it cancels whatever the loop awaits.
+  asio::cancellation_signal signal;
+  unsigned attempt = 0;   ///< Generation of the timed attempt in flight.
+  bool in_attempt = false;
+  bool timed_out = false; ///< The attempt timer, not the caller, emitted the signal.
+  bool cancelled = false; ///< The caller's slot or the group token did.
+};
+
+// The attempt timer's handler: cancels the attempt it was armed for, if still running.
+struct attempt_timeout_handler {
+  std::shared_ptr<op_control> control;
+  unsigned attempt;
+  void operator()(std::error_code ec) const {
+    if (!ec && control->in_attempt && control->attempt == attempt && !control->cancelled) {
+      control->timed_out = true;
+      control->signal.emit(asio::cancellation_type::terminal);
     }
-  } catch (const std::system_error& e) {
-    out.error = e.code();
   }
-  co_return out;
-}
+};
 
 template <class Clock>
 typename Clock::time_point deadline_after(typename Clock::time_point start, nanoseconds limit) {
@@ -129,9 +134,16 @@ template <class T> using loop_result = attempt_outcome<T>;
 // and only the awaitable front end (`Throwing`) turns an error into an exception, once. The
 // completion-token path thus costs no exception at all, even when cancelling a million
 // sleeping operations. Exceptions other than std::system_error from `op` pass through.
+//
+// A timed attempt (per-attempt timeout or deadline) needs `control`: the loop then runs in a
+// coroutine of its own whose cancellation slot is `control->signal`, on a strand. The attempt
+// is awaited in place, with a timer armed beside it; if the timer fires first it emits the
+// signal, the attempt is cancelled like any Asio operation, and the loop resets its
+// cancellation state and carries on. An attempt that fails early reports its own error at once,
+// and no child coroutine or parallel_group is needed per attempt.
 template <class Timer, class T, bool Throwing, class Op, class Policy>
 asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
-retry_loop(Op op, Policy policy, retry_stats* stats_out) {
+retry_loop(Op op, Policy policy, retry_stats* stats_out, op_control* control) {
   using clock = typename Timer::clock_type;
   const retry_policy& p = base_policy(policy);
   retry_stats local_stats;
@@ -147,7 +159,6 @@ retry_loop(Op op, Policy policy, retry_stats* stats_out) {
 
   // Created on first use: an operation that succeeds at once pays for none of these.
   std::optional<Timer> sleep_timer;
-  std::optional<asio::strand<asio::any_io_executor>> race_executor;
   std::optional<Timer> attempt_timer;
   std::optional<fast_rng> rng;
   nanoseconds previous = p.backoff.initial();
@@ -166,7 +177,22 @@ retry_loop(Op op, Policy policy, retry_stats* stats_out) {
     stats.attempts = attempt;
     attempt_outcome<T> out;
 
-    if (!bounded) {
+    const auto now = bounded ? clock::now() : typename clock::time_point{};
+    const nanoseconds remaining = deadline == clock::time_point::max() ? unlimited
+                                                                        : nanoseconds(deadline - now);
+    const bool by_deadline = remaining <= p.attempt_timeout;
+    if (bounded && remaining <= nanoseconds::zero()) {
+      out.error = errc::deadline_exceeded;
+    } else {
+      if (bounded) {
+        if (!attempt_timer)
+          attempt_timer.emplace(co_await asio::this_coro::executor);
+        attempt_timer->expires_after(by_deadline ? remaining : p.attempt_timeout);
+        attempt_timer->async_wait(
+            attempt_timeout_handler{control->shared_from_this(), ++control->attempt});
+        control->in_attempt = true;
+        control->timed_out = false;
+      }
       try {
         if constexpr (std::is_void_v<T>) {
           co_await call_op(op, ctx);
@@ -177,34 +203,15 @@ retry_loop(Op op, Policy policy, retry_stats* stats_out) {
       } catch (const std::system_error& e) {
         out.error = e.code();
       }
-    } else {
-      const auto now = clock::now();
-      const nanoseconds remaining = deadline == clock::time_point::max() ? unlimited
-                                                                          : nanoseconds(deadline - now);
-      if (remaining <= nanoseconds::zero()) {
-        out.error = errc::deadline_exceeded;
-      } else {
-        // The race runs on a strand: the attempt and the timer may otherwise complete at once on
-        // two threads, and parallel_group is not thread-safe (asio #1348).
-        if (!race_executor)
-          race_executor.emplace(asio::make_strand(co_await asio::this_coro::executor));
-        if (!attempt_timer)
-          attempt_timer.emplace(*race_executor);
-        const bool by_deadline = remaining <= p.attempt_timeout;
-        attempt_timer->expires_after(by_deadline ? remaining : p.attempt_timeout);
-        auto [order, exception, outcome, timer_error] =
-            co_await asio::experimental::make_parallel_group(
-                asio::co_spawn(*race_executor, run_attempt<T>(op, ctx),
-                               asio::experimental::deferred),
-                attempt_timer->async_wait(asio::experimental::deferred))
-                .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-        (void)timer_error;
-        if (exception)
-          std::rethrow_exception(exception);
-        if (order[0] == 0 || outcome.value)
-          out = std::move(outcome);
-        else
-          out.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
+      if (bounded) {
+        control->in_attempt = false;
+        attempt_timer->cancel();
+        if (control->timed_out && !control->cancelled) {
+          // The timer's emit marked this coroutine cancelled; clear that before awaiting again.
+          co_await asio::this_coro::reset_cancellation_state();
+          if (!out.value)
+            out.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
+        }
       }
     }
 
@@ -224,7 +231,7 @@ retry_loop(Op op, Policy policy, retry_stats* stats_out) {
     stats.last_error = out.error;
     asio::cancellation_state cancel_state = co_await asio::this_coro::cancellation_state;
     if (cancel_state.cancelled() != asio::cancellation_type::none ||
-        p.cancellation.cancelled()) {
+        p.cancellation.cancelled() || (control && control->cancelled)) {
       stats.reason = p.cancellation.cancelled() ? std::error_code(errc::cancelled)
                                                 : std::error_code(asio::error::operation_aborted);
       result.error = asio::error::operation_aborted;
@@ -358,18 +365,16 @@ struct deliver_error_code {
   }
 };
 
-// Per-operation state when something may cancel it from outside: the signal that reaches the
-// coroutine, the strand it runs on, and the link in a group token's list.
-template <class Strand>
-struct cancellable_op final : cancellation_registration,
-                              std::enable_shared_from_this<cancellable_op<Strand>> {
+// op_control plus the strand the operation runs on and the group token it is linked to.
+template <class Strand> struct cancellable_op final : op_control {
   explicit cancellable_op(Strand s, cancellation_token t) : strand(std::move(s)), token(std::move(t)) {
     notify = &cancellable_op::on_group_cancel;
   }
 
   // Emits on the strand: the coroutine and everything it waits on live there.
   void cancel_on_strand() {
-    asio::dispatch(strand, [self = this->shared_from_this()] {
+    asio::dispatch(strand, [self = shared_from_this()] {
+      self->cancelled = true;
       self->signal.emit(asio::cancellation_type::terminal);
     });
   }
@@ -380,7 +385,6 @@ struct cancellable_op final : cancellation_registration,
 
   Strand strand;
   cancellation_token token;
-  asio::cancellation_signal signal;
 };
 
 template <class T, class Handler, class State, class Executor, class Deliver>
@@ -423,12 +427,14 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
                   retry_stats* stats) const {
     using handler_type = std::decay_t<Handler>;
     auto user_slot = asio::get_associated_cancellation_slot(handler);
-    const cancellation_token& token = base_policy(policy).cancellation;
+    const retry_policy& p = base_policy(policy);
+    const cancellation_token& token = p.cancellation;
+    const bool timed = p.deadline != unlimited || p.attempt_timeout != unlimited;
 
-    if (!user_slot.is_connected() && !token.can_be_cancelled()) {
+    if (!user_slot.is_connected() && !token.can_be_cancelled() && !timed) {
       using completion = retry_completion<T, handler_type, cancellable_op<asio::strand<Executor>>,
                                           Executor, Deliver>;
-      asio::co_spawn(ex, retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats),
+      asio::co_spawn(ex, retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, nullptr),
                      completion(std::forward<Handler>(handler), nullptr, ex));
       return;
     }
@@ -442,13 +448,16 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
     // Already cancelled: nothing is linked and the loop aborts before its first attempt.
     token.attach(*state);
     auto strand = state->strand;
-    asio::co_spawn(strand, retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats),
+    op_control* control = state.get();
+    asio::co_spawn(strand,
+                   retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, control),
                    retry_completion<T, handler_type, state_type, Executor, Deliver>(
                        std::forward<Handler>(handler), std::move(state), ex));
   }
 };
 
-// retry_async's body when a group token may cancel it: the same initiation, awaited.
+// retry_async's body when a group token may cancel it or its attempts are timed: the same
+// initiation as async_retry's, awaited.
 template <class Timer, class T, class Op, class Policy>
 asio::awaitable<T> retry_via_initiation(Op op, Policy policy, retry_stats* stats) {
   auto ex = co_await asio::this_coro::executor;
@@ -459,9 +468,10 @@ asio::awaitable<T> retry_via_initiation(Op op, Policy policy, retry_stats* stats
 
 template <class Timer, class T, class Op, class Policy>
 asio::awaitable<T> retry_entry(Op op, Policy policy, retry_stats* stats) {
-  if (base_policy(policy).cancellation.can_be_cancelled())
+  const retry_policy& p = base_policy(policy);
+  if (p.cancellation.can_be_cancelled() || p.deadline != unlimited || p.attempt_timeout != unlimited)
     return retry_via_initiation<Timer, T>(std::move(op), std::move(policy), stats);
-  return retry_loop<Timer, T, true>(std::move(op), std::move(policy), stats);
+  return retry_loop<Timer, T, true>(std::move(op), std::move(policy), stats, nullptr);
 }
 
 } // namespace coretry::detail
