@@ -7,7 +7,6 @@
 
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
-#include <asio/connect.hpp>
 #include <asio/detached.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
@@ -23,7 +22,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <istream>
 #include <stdexcept>
 #include <system_error>
 
@@ -32,16 +33,23 @@ namespace retry_storm {
 using namespace std::chrono_literals;
 using asio::ip::tcp;
 
-std::optional<coretry::backoff> strategy_backoff(std::string_view name) {
+std::optional<coretry::backoff> strategy_backoff(std::string_view name, double time_scale) {
   // The experiment's policies differ only in their backoff; "full" is exactly what a
-  // default-constructed coretry::retry_policy uses.
-  const auto curve = coretry::backoff::exponential(100ms, 2.0, 32s);
+  // default-constructed coretry::retry_policy uses (exponential from 100 ms, x2, up to 32 s,
+  // full jitter), and the other exponential ones share its curve.
+  const coretry::backoff recommended = coretry::retry_policy{}.backoff;
+  auto scaled = [time_scale](std::chrono::nanoseconds d) {
+    return std::chrono::nanoseconds(
+        static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * time_scale)));
+  };
+  const auto curve = coretry::backoff::exponential(
+      scaled(recommended.initial()), recommended.multiplier(), scaled(recommended.max_delay()));
   if (name == "fixed")
-    return coretry::backoff::fixed(100ms);
+    return coretry::backoff::fixed(scaled(100ms));
   if (name == "exponential")
     return curve;
   if (name == "full" || name == "recommended")
-    return coretry::retry_policy{}.backoff;
+    return time_scale == 1.0 ? recommended : curve.with_jitter(recommended.jitter_spec());
   if (name == "equal")
     return curve.with_jitter(coretry::jitter::equal());
   if (name == "decorrelated")
@@ -122,6 +130,15 @@ asio::awaitable<void> asio_get(const parsed_url& target, const std::string& requ
     throw std::system_error(ec);
 }
 
+/// The retry loop's own attempt timeout, or a transport's.
+bool is_timeout(const std::error_code& ec) {
+#ifdef CORETRY_STORM_HAVE_CURL
+  if (ec == coretry::curl::errc::operation_timedout)
+    return true;
+#endif
+  return ec == coretry::errc::attempt_timeout || ec == std::errc::timed_out;
+}
+
 } // namespace
 
 struct swarm::transport_state {
@@ -135,7 +152,7 @@ struct swarm::transport_state {
 
 swarm::swarm(asio::io_context& io, swarm_config config)
     : io_(io), config_(std::move(config)),
-      backoff_(strategy_backoff(config_.strategy)
+      backoff_(strategy_backoff(config_.strategy, config_.time_scale)
                    .value_or(coretry::backoff::fixed(std::chrono::nanoseconds::zero()))),
       transport_(std::make_unique<transport_state>()) {
   if (!strategy_backoff(config_.strategy))
@@ -146,10 +163,10 @@ swarm::swarm(asio::io_context& io, swarm_config config)
   transport_state& t = *transport_;
   if (config_.transport == transport_kind::curl) {
 #ifdef CORETRY_STORM_HAVE_CURL
-    coretry::curl::options opts;
+    coretry::curl::client_options opts;
     // Every client may have an attempt in flight: the storm needs as many connections as
-    // clients, or the client itself would throttle the retries the experiment is about.
-    opts.max_total_connections = config_.clients;
+    // clients, or the HTTP client itself would throttle the retries the experiment is about.
+    opts.max_total_connections = static_cast<long>(config_.clients);
     t.curl = std::make_unique<coretry::curl::client>(io_.get_executor(), opts);
     t.perform = [this, &t]() -> asio::awaitable<void> {
       coretry::curl::request req;
@@ -209,10 +226,11 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       .backoff = backoff_,
       .on_retry =
           [this](const coretry::retry_event& e) {
-            if (e.error == coretry::errc::attempt_timeout || e.error == std::errc::timed_out)
+            if (is_timeout(e.error))
               ++counters_.timeouts;
             else
               ++counters_.errors;
+            ++counters_.error_kinds[e.error.message()];
           },
       .cancellation = stop_source_.token(),
   };

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,7 +24,8 @@ namespace retry_storm {
 /// `fixed` (100 ms, no jitter: the article's naive client), `exponential` (100 ms doubling to
 /// 32 s, no jitter), and the same curve with `full` (coretry's default, "recommended"), `equal`,
 /// `decorrelated` or `normal` (article 000: relative deviation 0.1) jitter.
-std::optional<coretry::backoff> strategy_backoff(std::string_view name);
+/// `time_scale` shrinks every delay (quick runs replay the experiment faster); 1 is the article's.
+std::optional<coretry::backoff> strategy_backoff(std::string_view name, double time_scale = 1.0);
 /// The names above, for usage messages.
 inline constexpr std::string_view strategy_names =
     "fixed, exponential, full (= recommended), equal, decorrelated, normal";
@@ -36,6 +38,7 @@ struct swarm_config {
   double think_mean_s = 10.0; ///< Mean of the exponential think time between requests.
   double timeout_s = 2.0;     ///< Per-attempt timeout.
   std::string strategy = "full";
+  double time_scale = 1.0; ///< Multiplies the backoff delays (think time and timeout are given).
   std::uint64_t seed = 1;
   transport_kind transport = transport_kind::curl;
 };
@@ -49,6 +52,7 @@ struct swarm_counters {
   std::int64_t in_flight = 0;  ///< Attempts in progress now.
   std::int64_t retrying = 0;   ///< Clients inside a retry operation now (in an attempt or asleep).
   std::int64_t alive = 0;      ///< Client loops still running.
+  std::map<std::string, std::uint64_t> error_kinds; ///< Failed attempts by error message.
 
   /// Clients sleeping in backoff between attempts.
   std::int64_t waiting() const { return retrying - in_flight; }

@@ -1,0 +1,37 @@
+#pragma once
+/// \file
+/// The HTTP retry classification used by `coretry::curl::retry`, public for other retry loops.
+
+#include <coretry/curl/request.hpp>
+
+#include <string_view>
+#include <system_error>
+
+namespace coretry::curl {
+
+/// Whether a transport error is worth retrying: in `curl_category()`, `couldnt_connect`,
+/// `operation_timedout`, `send_error`, `recv_error` (connection reset), `got_nothing` (closed
+/// without a reply), `partial_file`; `coretry::errc::attempt_timeout`; the generic
+/// `connection_refused`, `connection_reset`, `connection_aborted`, `timed_out`. Never
+/// `asio::error::operation_aborted` (cancellation), invalid or unsupported URLs, resolution
+/// failures, redirect loops or anything else.
+bool is_retryable(const std::error_code& ec) noexcept;
+
+/// Whether an HTTP status is worth retrying: 408, 429, 500, 502, 503 and 504. Every other
+/// status, other 4xx in particular, is final.
+bool is_retryable_status(long status) noexcept;
+
+/// Whether a method is idempotent (RFC 9110): GET, HEAD, OPTIONS, PUT, DELETE, TRACE.
+/// Compared case-sensitively, as methods are.
+bool is_idempotent(std::string_view method) noexcept;
+
+/// Whether `coretry::curl::retry` may send `req` more than once: its method is idempotent, it
+/// carries an `Idempotency-Key` header, or `req.retry_non_idempotent` is set.
+bool may_retry(const request& req) noexcept;
+
+/// Whether the server's `Retry-After` should be honoured for this status (429 and 503).
+inline bool honours_retry_after(long status) noexcept {
+  return status == 429 || status == 503;
+}
+
+} // namespace coretry::curl

@@ -1,0 +1,186 @@
+#pragma once
+/// \file
+/// `coretry::curl::client`: HTTP transfers on a libcurl multi handle driven by Asio.
+
+#include <coretry/curl/error.hpp>
+#include <coretry/curl/request.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace coretry::curl {
+
+/// Limits of a `client`. Every field has a default.
+struct client_options {
+  /// Sockets open at once, over all hosts (`CURLMOPT_MAX_TOTAL_CONNECTIONS`); 0 = unlimited.
+  long max_total_connections = 64;
+  /// Sockets open at once to one host (`CURLMOPT_MAX_HOST_CONNECTIONS`); 0 = unlimited.
+  long max_host_connections = 0;
+  /// Transfers handed to libcurl at once; the rest wait, in order, in the client's own queue.
+  /// 0 = `max_total_connections` (unlimited when that is 0). Keeping this at or below
+  /// `max_total_connections` means libcurl never queues a transfer internally, so
+  /// `request::timeout` measures time on the network, not time in a queue.
+  std::size_t max_concurrent_requests = 0;
+  /// Idle easy handles kept for reuse (reset with `curl_easy_reset` between transfers).
+  std::size_t pool_size = 64;
+  /// Idle connections kept in libcurl's cache (`CURLMOPT_MAXCONNECTS`);
+  /// 0 = `max_total_connections`, or 64 when that is 0.
+  long max_idle_connections = 0;
+};
+
+/// A snapshot of a client's counters. Each `peak_` value is the largest seen since construction.
+struct client_stats {
+  std::size_t active_transfers = 0; ///< Transfers inside the libcurl multi handle.
+  std::size_t queued_requests = 0;  ///< Requests waiting in the client's queue.
+  std::size_t open_connections = 0; ///< Sockets the client opened for libcurl and not yet closed.
+  std::size_t waiting_retries = 0; ///< `coretry::curl::retry` operations sleeping between attempts.
+  std::size_t pooled_handles = 0;  ///< Idle easy handles in the pool.
+  std::size_t peak_active_transfers = 0;
+  std::size_t peak_queued_requests = 0;
+  std::size_t peak_open_connections = 0;
+  std::size_t peak_waiting_retries = 0;
+};
+
+class client;
+
+namespace detail {
+
+class client_impl;
+struct transfer;
+
+/// The type-erased completion handler of one perform.
+struct perform_completion {
+  virtual ~perform_completion() = default;
+  /// Hands the result to the handler through its associated executor (never inline).
+  virtual void complete(std::error_code ec, response r) = 0;
+};
+
+template <class Handler> class perform_op final : public perform_completion {
+public:
+  using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
+
+  perform_op(Handler h, const asio::any_io_executor& fallback)
+      : handler_(std::move(h)),
+        work_(asio::make_work_guard(asio::get_associated_executor(handler_, fallback))) {}
+
+  void complete(std::error_code ec, response r) override {
+    asio::post(work_.get_executor(), [h = std::move(handler_), ec, r = std::move(r)]() mutable {
+      auto slot = asio::get_associated_cancellation_slot(h);
+      if (slot.is_connected())
+        slot.clear();
+      std::move(h)(ec, std::move(r));
+    });
+    work_.reset();
+  }
+
+private:
+  Handler handler_;
+  asio::executor_work_guard<executor_type> work_;
+};
+
+/// Installed in a perform's cancellation slot: asks the client to drop the transfer.
+struct cancel_hook {
+  std::weak_ptr<transfer> target;
+  void operator()(asio::cancellation_type type) const;
+};
+
+/// Lets `coretry::curl::retry` update the client's waiting-retries counter.
+struct client_access {
+  static void add_waiting(client& c, std::ptrdiff_t delta) noexcept;
+};
+
+/// Creates a transfer (not started yet).
+std::shared_ptr<transfer> make_transfer(const std::shared_ptr<client_impl>& impl, request req,
+                                        std::unique_ptr<perform_completion> completion);
+/// Starts it on the client's strand.
+void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> t);
+
+} // namespace detail
+
+/// An HTTP client: one libcurl multi handle driven by an Asio executor.
+///
+/// No thread of its own, no polling: libcurl's sockets and timer are watched through Asio
+/// (`CURLMOPT_SOCKETFUNCTION`/`CURLMOPT_TIMERFUNCTION` and `curl_multi_socket_action`). Every
+/// libcurl call runs on an internal strand of the executor, so the io_context may be run by
+/// several threads and `perform` may be called from any of them.
+///
+/// Connections are reused (HTTP/1.1 keep-alive) and bounded by `client_options`; easy handles
+/// are pooled.
+///
+/// Thread safety: distinct clients are independent; one client may be used from any thread.
+/// Destroy it when no other thread is using it, and before its execution context: destruction
+/// aborts the operations in flight (their handlers get `asio::error::operation_aborted`, posted
+/// to their executors), closes every connection at once and releases libcurl's handles.
+class client {
+public:
+  using executor_type = asio::any_io_executor;
+
+  /// Throws `std::system_error` if libcurl cannot create the multi handle.
+  explicit client(executor_type executor, client_options options = {});
+  ~client();
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  executor_type get_executor() const noexcept { return executor_; }
+  const client_options& options() const noexcept { return options_; }
+
+  /// Performs `req` and reports the response.
+  ///
+  /// Completion signature: `void(std::error_code, response)`. The error is empty for every
+  /// complete HTTP response, whatever its status; otherwise it is a transport error in
+  /// `curl_category()` (see `errc`) or `asio::error::operation_aborted`. The handler is invoked
+  /// exactly once, through its associated executor, never from inside this call.
+  ///
+  /// Cancellation: terminal, partial and total cancellation through the handler's associated
+  /// slot all abort the transfer: it is removed from the multi handle (its connection is closed
+  /// if unfinished), its easy handle goes back to the pool, and the handler gets
+  /// `operation_aborted`, unless the transfer completed first.
+  ///
+  /// Thread safety: may be called from any thread.
+  /// Works with any completion token: callbacks, `use_awaitable`, `use_future`,
+  /// `experimental::deferred`, `experimental::as_tuple(...)`.
+  template <class CompletionToken> auto async_perform(request req, CompletionToken&& token) {
+    return asio::async_initiate<CompletionToken, void(std::error_code, response)>(
+        [this](auto handler, request r) {
+          using handler_type = std::decay_t<decltype(handler)>;
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          auto t = detail::make_transfer(
+              impl_, std::move(r),
+              std::make_unique<detail::perform_op<handler_type>>(std::move(handler), executor_));
+          if (slot.is_connected())
+            slot.template emplace<detail::cancel_hook>(detail::cancel_hook{t});
+          detail::submit(impl_, std::move(t));
+        },
+        token, std::move(req));
+  }
+
+  /// `co_await client.perform(req)`: as `async_perform`, throwing `std::system_error` on a
+  /// transport error or cancellation. A 4xx/5xx status is returned, not thrown.
+  asio::awaitable<response> perform(request req) {
+    return async_perform(std::move(req), asio::use_awaitable);
+  }
+
+  /// The counters, read without locking (each value is exact; together they may be skewed).
+  client_stats stats() const noexcept;
+
+private:
+  friend struct detail::client_access;
+  executor_type executor_;
+  client_options options_;
+  std::shared_ptr<detail::client_impl> impl_;
+};
+
+} // namespace coretry::curl

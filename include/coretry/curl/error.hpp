@@ -1,0 +1,47 @@
+#pragma once
+/// \file
+/// Transport errors of the libcurl adapter: `CURLcode` values as `std::error_code`.
+
+#include <system_error>
+
+namespace coretry::curl {
+
+/// The `CURLcode` values the adapter and its classifier name. Any other `CURLcode` may also
+/// appear in `curl_category()`; the numeric value of an error code is always the `CURLcode`.
+enum class errc {
+  unsupported_protocol = 1, ///< CURLE_UNSUPPORTED_PROTOCOL (only http and https are enabled)
+  failed_init = 2,          ///< CURLE_FAILED_INIT
+  url_malformat = 3,        ///< CURLE_URL_MALFORMAT
+  couldnt_resolve_host = 6, ///< CURLE_COULDNT_RESOLVE_HOST
+  couldnt_connect = 7,      ///< CURLE_COULDNT_CONNECT (e.g. connection refused)
+  weird_server_reply = 8,   ///< CURLE_WEIRD_SERVER_REPLY
+  partial_file = 18,        ///< CURLE_PARTIAL_FILE (body shorter than Content-Length)
+  out_of_memory = 27,       ///< CURLE_OUT_OF_MEMORY
+  operation_timedout = 28,  ///< CURLE_OPERATION_TIMEDOUT (`request::timeout`/`connect_timeout`)
+  too_many_redirects = 47,  ///< CURLE_TOO_MANY_REDIRECTS
+  got_nothing = 52,         ///< CURLE_GOT_NOTHING (connection closed without a reply)
+  send_error = 55,          ///< CURLE_SEND_ERROR
+  recv_error = 56,          ///< CURLE_RECV_ERROR (e.g. connection reset by peer)
+};
+
+/// The category of libcurl transfer errors (`CURLcode`); its name is "curl" and its messages
+/// come from `curl_easy_strerror`. Thread-safe.
+const std::error_category& curl_category() noexcept;
+
+/// A category whose values are HTTP status codes ("HTTP 503 Service Unavailable"). A status is
+/// never a transport error; `coretry::curl::retry` uses this category only to tell its
+/// `on_retry` hook which status caused a retry. Thread-safe.
+const std::error_category& http_status_category() noexcept;
+
+/// `{status, http_status_category()}`.
+inline std::error_code make_http_status_error(long status) noexcept {
+  return {static_cast<int>(status), http_status_category()};
+}
+
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), curl_category()};
+}
+
+} // namespace coretry::curl
+
+template <> struct std::is_error_code_enum<coretry::curl::errc> : std::true_type {};

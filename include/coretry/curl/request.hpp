@@ -1,0 +1,68 @@
+#pragma once
+/// \file
+/// `request` and `response`: what `client::perform` sends and returns.
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace coretry::curl {
+
+/// Header fields in the order they were given or received. Names compare case-insensitively.
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
+/// ASCII case-insensitive comparison of header names.
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
+/// The value of the first field named `name` (case-insensitive), or `std::nullopt`.
+std::optional<std::string_view> find_header(const header_list& headers,
+                                            std::string_view name) noexcept;
+
+/// One HTTP request. A plain aggregate; copy it freely.
+struct request {
+  /// The method, sent as given ("GET", "HEAD", "POST", "PUT", "DELETE", ...). "HEAD" fetches
+  /// no body; any method may carry `body`.
+  std::string method = "GET";
+  /// An absolute http:// or https:// URL. Other schemes fail with `errc::unsupported_protocol`.
+  std::string url;
+  /// Extra request header fields (for example `{"Idempotency-Key", "abc"}`).
+  header_list headers{};
+  /// The request body, sent as is (with a Content-Length).
+  std::string body{};
+  /// Connection set-up limit; zero means libcurl's default (300 s).
+  std::chrono::milliseconds connect_timeout{0};
+  /// Limit on the whole transfer from the moment it starts on the network; zero means none.
+  /// Time spent waiting in the client's own queue (`client_options::max_concurrent_requests`)
+  /// does not count. Expiry fails the transfer with `errc::operation_timedout`.
+  std::chrono::milliseconds timeout{0};
+  /// Follow 3xx redirects (at most `max_redirects`; beyond, `errc::too_many_redirects`).
+  bool follow_redirects = false;
+  long max_redirects = 10;
+  /// Let `coretry::curl::retry` retry this request even though its method is not idempotent.
+  /// A request with an `Idempotency-Key` header is retried without this.
+  bool retry_non_idempotent = false;
+
+  /// The value of the first header field named `name`, or `std::nullopt`.
+  std::optional<std::string_view> header(std::string_view name) const noexcept {
+    return find_header(headers, name);
+  }
+};
+
+/// What a completed transfer returned. Any status, 4xx and 5xx included, is a response, not an
+/// error: only transport failures are errors.
+struct response {
+  long status = 0;       ///< The HTTP status code of the last response (after redirects).
+  header_list headers{}; ///< The last response's header fields, names as sent by the server.
+  std::string body{};    ///< The body, decoded from chunked transfer encoding.
+
+  /// The value of the first header field named `name` (case-insensitive), or `std::nullopt`.
+  /// The view points into `headers`.
+  std::optional<std::string_view> header(std::string_view name) const noexcept {
+    return find_header(headers, name);
+  }
+};
+
+} // namespace coretry::curl

@@ -1,0 +1,140 @@
+#pragma once
+/// \file
+/// `coretry::curl::retry`: an HTTP request under a `coretry::retry_policy`, with HTTP-aware
+/// classification and `Retry-After`.
+
+#include <coretry/attempt.hpp>
+#include <coretry/curl/classify.hpp>
+#include <coretry/curl/client.hpp>
+#include <coretry/curl/retry_after.hpp>
+#include <coretry/policy.hpp>
+#include <coretry/retry.hpp>
+
+#include <asio/awaitable.hpp>
+
+#include <memory>
+#include <utility>
+
+namespace coretry::curl {
+namespace detail {
+
+// Shared by the attempt function and the on_retry hook of one retry operation; keeps the
+// client's waiting-retries counter right however the operation ends.
+struct http_retry_state {
+  http_retry_state(client& c, request r) : cl(&c), req(std::move(r)) {}
+  ~http_retry_state() { wake(); }
+  http_retry_state(const http_retry_state&) = delete;
+  http_retry_state& operator=(const http_retry_state&) = delete;
+
+  void sleep() noexcept {
+    if (!sleeping) {
+      sleeping = true;
+      client_access::add_waiting(*cl, 1);
+    }
+  }
+  void wake() noexcept {
+    if (sleeping) {
+      sleeping = false;
+      client_access::add_waiting(*cl, -1);
+    }
+  }
+
+  client* cl;
+  request req;
+  long last_status = 0; ///< the last attempt's status, 0 after a transport error
+  bool sleeping = false;
+};
+
+inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
+  return [st = std::move(st)](coretry::attempt_context& ctx) -> asio::awaitable<response> {
+    st->wake();
+    st->last_status = 0;
+    response r = co_await st->cl->perform(st->req);
+    st->last_status = r.status;
+    if (honours_retry_after(r.status))
+      if (auto value = r.header("Retry-After"))
+        if (auto hint = parse_retry_after(*value))
+          ctx.retry_after(*hint);
+    co_return r;
+  };
+}
+
+struct retryable_response {
+  bool operator()(const response& r) const noexcept { return is_retryable_status(r.status); }
+};
+
+inline coretry::result_policy<retryable_response>
+make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state>& st) {
+  if (!may_retry(st->req))
+    p.max_attempts = 1;
+  if (!p.retry_if)
+    p.retry_if = [](const std::error_code& ec) { return is_retryable(ec); };
+  p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
+    if (user) {
+      if (e.error == coretry::errc::result_rejected && st->last_status != 0) {
+        coretry::retry_event with_status = e;
+        with_status.error = make_http_status_error(st->last_status);
+        user(with_status);
+      } else {
+        user(e);
+      }
+    }
+    st->sleep();
+  };
+  return std::move(p).retry_if_result(retryable_response{});
+}
+
+} // namespace detail
+
+/// Performs `req` on `c`, retrying under `policy` with the HTTP classification of
+/// classify.hpp.
+///
+/// - Transport errors are retried when `is_retryable(ec)` (or `policy.retry_if`, when set,
+///   says so); statuses when `is_retryable_status(status)`. Any other response, 4xx included,
+///   is returned at once.
+/// - A request that `may_retry` refuses (a POST without `Idempotency-Key`, ...) is sent once.
+/// - On 429 and 503 a valid `Retry-After` asks the loop for at least that delay; the loop
+///   waits `max(backoff delay, min(Retry-After, policy.backoff.max_delay()))`, and gives up
+///   rather than sleep past `policy.deadline`.
+/// - When the attempts run out on a retryable status, the last response is returned.
+/// - `policy.on_retry` sees each retry: its `error` is the transport error, or for a retryable
+///   status `make_http_status_error(status)` (category `http_status_category()`).
+///
+/// \returns the response. \throws std::system_error with the last transport error (or the
+/// policy's reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
+///
+/// Cancellation: terminal cancellation of the awaiting coroutine, and the policy's group token,
+/// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
+/// it holds no easy handle and no connection, and counts in `client_stats::waiting_retries`.
+///
+/// `c` must outlive the operation. Thread safety: as `client::async_perform`.
+inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
+  auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
+  auto p = detail::make_http_policy(std::move(policy), st);
+  return coretry::retry_async(detail::make_http_attempt(std::move(st)), std::move(p));
+}
+
+/// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
+/// the operation.
+inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy,
+                                       coretry::retry_stats& stats) {
+  auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
+  auto p = detail::make_http_policy(std::move(policy), st);
+  return coretry::retry_async(detail::make_http_attempt(std::move(st)), std::move(p), stats);
+}
+
+/// `retry` for any completion token, on the client's executor.
+///
+/// Completion signature: `void(std::error_code, response)`; the error is empty whenever a
+/// response is delivered (including a last retryable status once attempts ran out).
+/// Cancellation: terminal, partial or total through the handler's slot, or the policy's group
+/// token; completes once with `operation_aborted`. Thread safety: any thread.
+template <class CompletionToken>
+auto async_retry(client& c, request req, coretry::retry_policy policy, CompletionToken&& token) {
+  auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
+  auto p = detail::make_http_policy(std::move(policy), st);
+  return coretry::async_retry(c.get_executor(), detail::make_http_attempt(std::move(st)),
+                              std::move(p), std::forward<CompletionToken>(token));
+}
+
+} // namespace coretry::curl

@@ -1,0 +1,52 @@
+#include <coretry/curl/classify.hpp>
+#include <coretry/curl/error.hpp>
+#include <coretry/error.hpp>
+
+namespace coretry::curl {
+
+bool is_retryable(const std::error_code& ec) noexcept {
+  if (!ec)
+    return false;
+  if (ec.category() == curl_category()) {
+    switch (static_cast<errc>(ec.value())) {
+    case errc::couldnt_connect:
+    case errc::operation_timedout:
+    case errc::send_error:
+    case errc::recv_error:
+    case errc::got_nothing:
+    case errc::partial_file:
+      return true;
+    default:
+      return false;
+    }
+  }
+  if (ec == coretry::errc::attempt_timeout)
+    return true;
+  return ec == std::errc::connection_refused || ec == std::errc::connection_reset ||
+         ec == std::errc::connection_aborted || ec == std::errc::timed_out;
+}
+
+bool is_retryable_status(long status) noexcept {
+  switch (status) {
+  case 408:
+  case 429:
+  case 500:
+  case 502:
+  case 503:
+  case 504:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool is_idempotent(std::string_view m) noexcept {
+  return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE" || m == "TRACE";
+}
+
+bool may_retry(const request& req) noexcept {
+  return req.retry_non_idempotent || is_idempotent(req.method) ||
+         req.header("Idempotency-Key").has_value();
+}
+
+} // namespace coretry::curl

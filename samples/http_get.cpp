@@ -1,0 +1,181 @@
+// http_get: fetch URLs concurrently with retries, printing every attempt.
+//
+//   http_get [--attempts N] [--timeout MS] [--jitter KIND] URL...
+//
+// --attempts  attempts per URL, the first included (default 4)
+// --timeout   limit per attempt in milliseconds, on the network (default 10000)
+// --jitter    none, full, equal, decorrelated, normal or additive (default full)
+//
+// Exits with 0 when every URL answered with a 2xx or 3xx status, 1 otherwise, 2 on bad usage.
+
+#include <coretry/coretry.hpp>
+#include <coretry/curl/curl.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct options {
+  unsigned attempts = 4;
+  std::chrono::milliseconds timeout{10000};
+  coretry::jitter_kind jitter = coretry::jitter_kind::full;
+  std::vector<std::string> urls;
+};
+
+int usage(const char* why) {
+  std::fprintf(
+      stderr,
+      "http_get: %s\nusage: http_get [--attempts N] [--timeout MS] [--jitter KIND] URL...\n"
+      "  KIND: none, full, equal, decorrelated, normal, additive\n",
+      why);
+  return 2;
+}
+
+bool parse_number(std::string_view s, unsigned long& out) {
+  if (s.empty() || s.size() > 9)
+    return false;
+  out = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9')
+      return false;
+    out = out * 10 + static_cast<unsigned long>(c - '0');
+  }
+  return true;
+}
+
+coretry::jitter make_jitter(coretry::jitter_kind kind) {
+  switch (kind) {
+  case coretry::jitter_kind::normal:
+    return coretry::jitter::normal(0.1);
+  case coretry::jitter_kind::additive:
+    return coretry::jitter::additive(100ms);
+  default:
+    return coretry::jitter{kind};
+  }
+}
+
+double ms(std::chrono::nanoseconds d) {
+  return static_cast<double>(d.count()) / 1e6;
+}
+
+struct outcome {
+  std::string url;
+  long status = 0;
+  std::size_t bytes = 0;
+  std::error_code error;
+  coretry::retry_stats stats;
+  bool done = false;
+};
+
+asio::awaitable<void> fetch(coretry::curl::client& c, const options& opt, outcome& out) {
+  coretry::curl::request req;
+  req.url = out.url;
+  req.timeout = opt.timeout;
+  req.connect_timeout = std::min(opt.timeout, std::chrono::milliseconds(5000));
+  req.follow_redirects = true;
+
+  coretry::retry_policy policy;
+  policy.max_attempts = opt.attempts;
+  policy.backoff =
+      coretry::backoff::exponential(100ms, 2.0, 5s).with_jitter(make_jitter(opt.jitter));
+  const std::string* url = &out.url;
+  policy.on_retry = [url](const coretry::retry_event& e) {
+    std::printf("%s: attempt %u: %s; retrying in %.1f ms%s\n", url->c_str(), e.attempt,
+                e.error.message().c_str(), ms(e.delay),
+                e.server_hint.count() > 0 ? " (Retry-After)" : "");
+    std::fflush(stdout);
+  };
+  try {
+    auto r = co_await coretry::curl::retry(c, std::move(req), std::move(policy), out.stats);
+    out.status = r.status;
+    out.bytes = r.body.size();
+  } catch (const std::system_error& e) {
+    out.error = e.code();
+  }
+  out.done = true;
+  if (out.error)
+    std::printf("%s: attempt %u: %s; giving up\n", out.url.c_str(), out.stats.attempts,
+                out.error.message().c_str());
+  else
+    std::printf("%s: attempt %u: HTTP %ld, %zu bytes\n", out.url.c_str(), out.stats.attempts,
+                out.status, out.bytes);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    unsigned long n = 0;
+    if (arg == "--attempts") {
+      const char* v = value();
+      if (!v || !parse_number(v, n) || n == 0)
+        return usage("--attempts needs a positive number");
+      opt.attempts = static_cast<unsigned>(n);
+    } else if (arg == "--timeout") {
+      const char* v = value();
+      if (!v || !parse_number(v, n) || n == 0)
+        return usage("--timeout needs a positive number of milliseconds");
+      opt.timeout = std::chrono::milliseconds(n);
+    } else if (arg == "--jitter") {
+      const char* v = value();
+      auto kind = v ? coretry::parse_jitter_kind(v) : std::nullopt;
+      if (!kind)
+        return usage("unknown --jitter kind");
+      opt.jitter = *kind;
+    } else if (arg == "--help" || arg == "-h") {
+      usage("fetch URLs with retries");
+      return 0;
+    } else if (arg.starts_with("--")) {
+      return usage("unknown option");
+    } else {
+      opt.urls.emplace_back(arg);
+    }
+  }
+  if (opt.urls.empty())
+    return usage("no URL given");
+
+  asio::io_context io;
+  coretry::curl::client client(io.get_executor());
+  std::vector<outcome> outcomes(opt.urls.size());
+  for (std::size_t i = 0; i < opt.urls.size(); ++i) {
+    outcomes[i].url = opt.urls[i];
+    asio::co_spawn(io, fetch(client, opt, outcomes[i]), [](std::exception_ptr e) {
+      if (e)
+        std::rethrow_exception(e);
+    });
+  }
+  const auto start = std::chrono::steady_clock::now();
+  io.run();
+  const auto wall = std::chrono::steady_clock::now() - start;
+
+  int failed = 0;
+  std::printf("\nsummary (%zu URLs, %.1f ms):\n", outcomes.size(), ms(wall));
+  for (const auto& o : outcomes) {
+    const bool ok = o.done && !o.error && o.status >= 200 && o.status < 400;
+    failed += ok ? 0 : 1;
+    if (o.error)
+      std::printf("  FAIL %s: %s after %u attempts, %.1f ms\n", o.url.c_str(),
+                  o.error.message().c_str(), o.stats.attempts, ms(o.stats.elapsed));
+    else
+      std::printf("  %s %s: HTTP %ld, %zu bytes after %u attempts (slept %.1f ms), %.1f ms\n",
+                  ok ? "ok  " : "FAIL", o.url.c_str(), o.status, o.bytes, o.stats.attempts,
+                  ms(o.stats.slept), ms(o.stats.elapsed));
+  }
+  const auto s = client.stats();
+  std::printf("peak open connections %zu, peak waiting retries %zu\n", s.peak_open_connections,
+              s.peak_waiting_retries);
+  return failed == 0 ? 0 : 1;
+}

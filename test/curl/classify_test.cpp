@@ -1,0 +1,61 @@
+#include <coretry/curl/classify.hpp>
+#include <coretry/curl/error.hpp>
+#include <coretry/error.hpp>
+
+#include <doctest/doctest.h>
+
+#include <asio/error.hpp>
+
+using namespace coretry::curl;
+
+TEST_CASE("transient transport errors are retryable, permanent ones are not") {
+  CHECK(is_retryable(errc::couldnt_connect));
+  CHECK(is_retryable(errc::operation_timedout));
+  CHECK(is_retryable(errc::send_error));
+  CHECK(is_retryable(errc::recv_error));
+  CHECK(is_retryable(errc::got_nothing));
+  CHECK(is_retryable(errc::partial_file));
+  CHECK(is_retryable(coretry::errc::attempt_timeout));
+  CHECK(is_retryable(make_error_code(std::errc::connection_reset)));
+
+  CHECK_FALSE(is_retryable(errc::url_malformat));
+  CHECK_FALSE(is_retryable(errc::unsupported_protocol));
+  CHECK_FALSE(is_retryable(errc::couldnt_resolve_host));
+  CHECK_FALSE(is_retryable(errc::too_many_redirects));
+  CHECK_FALSE(is_retryable(asio::error::operation_aborted));
+  CHECK_FALSE(is_retryable(std::error_code()));
+}
+
+TEST_CASE("only 408, 429, 500, 502, 503 and 504 are retryable statuses") {
+  for (long s : {408L, 429L, 500L, 502L, 503L, 504L})
+    CHECK(is_retryable_status(s));
+  for (long s : {0L, 200L, 204L, 301L, 400L, 401L, 403L, 404L, 409L, 422L, 501L, 505L})
+    CHECK_FALSE(is_retryable_status(s));
+}
+
+TEST_CASE("only idempotent methods may be retried unless an idempotency key is given") {
+  for (const char* m : {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+    CHECK(is_idempotent(m));
+  for (const char* m : {"POST", "PATCH", "CONNECT", "get"})
+    CHECK_FALSE(is_idempotent(m));
+
+  request post{.method = "POST", .url = "http://127.0.0.1/"};
+  CHECK_FALSE(may_retry(post));
+  post.headers.emplace_back("idempotency-key", "k1");
+  CHECK(may_retry(post));
+  request patch{.method = "PATCH", .url = "http://127.0.0.1/", .retry_non_idempotent = true};
+  CHECK(may_retry(patch));
+}
+
+TEST_CASE("curl errors have a curl category with libcurl's messages") {
+  const std::error_code ec = errc::couldnt_connect;
+  CHECK(std::string(ec.category().name()) == "curl");
+  CHECK(ec.message() == "Couldn't connect to server");
+}
+
+TEST_CASE("header lookup ignores case") {
+  response r{.status = 200, .headers = {{"Content-Type", "text/plain"}, {"X-A", "1"}}};
+  CHECK(r.header("content-type") == "text/plain");
+  CHECK(r.header("X-a") == "1");
+  CHECK_FALSE(r.header("missing"));
+}

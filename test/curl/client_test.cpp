@@ -1,0 +1,398 @@
+#include <coretry/curl/client.hpp>
+
+#include <doctest/doctest.h>
+#include <support/http_fault_server.hpp>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/detached.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "test_util.hpp"
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+using coretry::curl::client;
+using coretry::curl::client_options;
+using coretry::curl::errc;
+using coretry::curl::request;
+using coretry::curl::response;
+using coretry::test::get;
+using coretry::test::http_action;
+using coretry::test::http_fault_server;
+using coretry::test::run_for;
+using coretry::test::run_until;
+using coretry::test::run_until_done;
+
+namespace {
+constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+
+std::error_code perform_error(asio::io_context& io, client& c, request r) {
+  std::error_code result;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, resp] = co_await c.async_perform(std::move(r), nothrow);
+    result = ec;
+  }());
+  return result;
+}
+} // namespace
+
+TEST_CASE("perform returns status, headers and body") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push({.status = 200, .headers = {{"X-Test", "yes"}}, .body = "hello"});
+  client c(io.get_executor());
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await c.perform(get(server.url("/path?q=1")));
+  }());
+  CHECK(r.status == 200);
+  CHECK(r.body == "hello");
+  CHECK(r.header("x-test") == "yes");
+  CHECK(r.header("content-length") == "5");
+  REQUIRE(server.log().size() == 1);
+  CHECK(server.log()[0].method == "GET");
+  CHECK(server.log()[0].target == "/path?q=1");
+  CHECK(c.stats().active_transfers == 0);
+  CHECK(c.stats().pooled_handles == 1);
+}
+
+TEST_CASE("an HTTP error status is a response, not a transport error") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(503, "busy"));
+  client c(io.get_executor());
+  response r;
+  run_until_done(io,
+                 [&]() -> asio::awaitable<void> { r = co_await c.perform(get(server.url())); }());
+  CHECK(r.status == 503);
+  CHECK(r.body == "busy");
+}
+
+TEST_CASE("methods, request headers and bodies are sent") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    request post{
+        .method = "POST", .url = server.url(), .headers = {{"X-Key", "v"}}, .body = "payload"};
+    request put{.method = "PUT", .url = server.url(), .body = "put-body"};
+    request del{.method = "DELETE", .url = server.url()};
+    request head_request{.method = "HEAD", .url = server.url()};
+    co_await c.perform(post);
+    co_await c.perform(put);
+    co_await c.perform(del);
+    auto head = co_await c.perform(head_request);
+    CHECK(head.body.empty());
+  }());
+  REQUIRE(server.log().size() == 4);
+  CHECK(server.log()[0].method == "POST");
+  CHECK(server.log()[0].body == "payload");
+  CHECK(server.log()[0].header("x-key") == "v");
+  CHECK(server.log()[1].method == "PUT");
+  CHECK(server.log()[1].body == "put-body");
+  CHECK(server.log()[2].method == "DELETE");
+  CHECK(server.log()[3].method == "HEAD");
+  CHECK(server.accepted() == 1); // one keep-alive connection for all four
+  CHECK(c.stats().pooled_handles == 1);
+}
+
+TEST_CASE("transport failures are curl errors") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+
+  SUBCASE("connection refused") {
+    const auto port = coretry::test::unused_port();
+    CHECK(perform_error(io, c, {.url = "http://127.0.0.1:" + std::to_string(port) + "/"}) ==
+          errc::couldnt_connect);
+  }
+  SUBCASE("reset before a reply") {
+    server.push(http_action::reset());
+    const auto ec = perform_error(io, c, {.url = server.url()});
+    CHECK((ec == errc::recv_error || ec == errc::got_nothing || ec == errc::send_error));
+  }
+  SUBCASE("closed without a reply") {
+    server.push(http_action::close());
+    CHECK(perform_error(io, c, {.url = server.url()}) == errc::got_nothing);
+  }
+  SUBCASE("a hang trips request::timeout") {
+    server.push(http_action::hang());
+    CHECK(perform_error(io, c, {.url = server.url(), .timeout = 50ms}) == errc::operation_timedout);
+  }
+  SUBCASE("malformed and unsupported URLs") {
+    CHECK(perform_error(io, c, {.url = "http://[::1"}) == errc::url_malformat);
+    CHECK(perform_error(io, c, {.url = "ftp://127.0.0.1/"}) == errc::unsupported_protocol);
+    CHECK(perform_error(io, c, {.url = ""}) == errc::url_malformat);
+  }
+  SUBCASE("the awaitable form throws std::system_error") {
+    server.push(http_action::close());
+    CHECK_THROWS_AS(
+        run_until_done(io,
+                       [&]() -> asio::awaitable<void> { co_await c.perform(get(server.url())); }()),
+        std::system_error);
+  }
+  CHECK(c.stats().active_transfers == 0);
+}
+
+TEST_CASE("cancelling a transfer mid-body removes it and completes once with operation_aborted") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::slow_body(std::string(1000, 'x'), 5ms));
+  client c(io.get_executor());
+  asio::cancellation_type type = asio::cancellation_type::terminal;
+  SUBCASE("terminal") {
+    type = asio::cancellation_type::terminal;
+  }
+  SUBCASE("partial") {
+    type = asio::cancellation_type::partial;
+  }
+  SUBCASE("total") {
+    type = asio::cancellation_type::total;
+  }
+  asio::cancellation_signal signal;
+  int completions = 0;
+  std::error_code result;
+  c.async_perform(get(server.url()),
+                  asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, response) {
+                    ++completions;
+                    result = ec;
+                  }));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    co_await coretry::test::sleep_for(40ms);
+    CHECK(c.stats().active_transfers == 1);
+    CHECK(c.stats().open_connections == 1);
+    signal.emit(type);
+    co_await coretry::test::sleep_for(20ms);
+  }());
+  CHECK(completions == 1);
+  CHECK(result == asio::error::operation_aborted);
+  CHECK(c.stats().active_transfers == 0);
+  CHECK(c.stats().pooled_handles == 1);
+  CHECK(c.stats().open_connections == 0); // an unfinished connection is closed
+  CHECK(server.open_connections() == 0);
+}
+
+TEST_CASE("cancelling through a coroutine's slot aborts the awaiting perform") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::hang());
+  client c(io.get_executor());
+  asio::cancellation_signal signal;
+  std::exception_ptr error;
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { co_await c.perform(get(server.url())); },
+      asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e) { error = e; }));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    co_await coretry::test::sleep_for(20ms);
+    signal.emit(asio::cancellation_type::terminal);
+    co_await coretry::test::sleep_for(10ms);
+  }());
+  REQUIRE(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == asio::error::operation_aborted);
+  }
+  CHECK(c.stats().active_transfers == 0);
+  CHECK(c.stats().open_connections == 0);
+}
+
+TEST_CASE("requests beyond max_concurrent_requests wait in the client's queue") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::delayed(5ms));
+  client c(io.get_executor(), client_options{.max_total_connections = 2});
+  int ok = 0;
+  for (int i = 0; i < 10; ++i)
+    c.async_perform(get(server.url()), [&](std::error_code ec, response r) {
+      if (!ec && r.status == 200)
+        ++ok;
+    });
+  run_until(io, [&] { return ok == 10; });
+  CHECK(ok == 10);
+  const auto s = c.stats();
+  CHECK(s.peak_active_transfers == 2);
+  CHECK(s.peak_queued_requests == 8);
+  CHECK(s.peak_open_connections <= 2);
+  CHECK(server.peak_connections() <= 2);
+  CHECK(s.queued_requests == 0);
+}
+
+TEST_CASE("cancelling a queued request completes it without touching libcurl") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::delayed(20ms));
+  client c(io.get_executor(), client_options{.max_total_connections = 1});
+  asio::cancellation_signal signal;
+  std::error_code first, second;
+  int done = 0;
+  c.async_perform(get(server.url()), [&](std::error_code ec, response) {
+    first = ec;
+    ++done;
+  });
+  c.async_perform(get(server.url()),
+                  asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, response) {
+                    second = ec;
+                    ++done;
+                  }));
+  asio::post(io, [&] { asio::post(io, [&] { signal.emit(asio::cancellation_type::total); }); });
+  run_until(io, [&] { return done == 2; });
+  CHECK_FALSE(first);
+  CHECK(second == asio::error::operation_aborted);
+  CHECK(server.requests() == 1);
+}
+
+TEST_CASE("destroying the client aborts transfers in flight and closes every connection") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::ok());
+  server.push(http_action::hang(), 3);
+  auto c = std::make_unique<client>(io.get_executor());
+  int aborted = 0;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    co_await c->perform(get(server.url())); // leaves one idle keep-alive connection
+    for (int i = 0; i < 3; ++i)
+      c->async_perform(get(server.url()), [&](std::error_code ec, response) {
+        if (ec == asio::error::operation_aborted)
+          ++aborted;
+      });
+    co_await coretry::test::sleep_for(30ms);
+    CHECK(c->stats().open_connections == 3);
+    c.reset();
+    co_await coretry::test::sleep_for(10ms);
+  }());
+  CHECK(aborted == 3);
+  CHECK(server.open_connections() == 0);
+}
+
+TEST_CASE("a client may be used from several threads of one io_context") {
+  asio::io_context server_io;
+  http_fault_server server(server_io.get_executor());
+  auto server_work = asio::make_work_guard(server_io);
+  std::thread server_thread([&] { server_io.run(); });
+
+  asio::io_context io;
+  client c(io.get_executor(), client_options{.max_total_connections = 8});
+  std::atomic<int> ok{0};
+  constexpr int n = 200;
+  for (int i = 0; i < n; ++i)
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          auto r = co_await c.perform(get(server.url()));
+          if (r.status == 200)
+            ++ok;
+        },
+        asio::detached);
+  std::thread t1([&] { io.run(); });
+  std::thread t2([&] { io.run(); });
+  t1.join();
+  t2.join();
+  CHECK(ok == n);
+  CHECK(c.stats().peak_open_connections <= 8);
+  asio::post(server_io, [&] {
+    server.stop();
+    server_work.reset();
+  });
+  server_thread.join();
+}
+
+TEST_CASE("large bodies arrive whole (descriptors already readable are not missed)") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  std::string big(1 << 20, 'a');
+  for (std::size_t i = 0; i < big.size(); i += 4096)
+    big[i] = static_cast<char>('a' + (i / 4096) % 26);
+  server.push(http_action::ok(big));
+  server.push(http_action::ok(big));
+  client c(io.get_executor());
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 2; ++i) {
+      auto r = co_await c.perform(get(server.url()));
+      CHECK(r.body == big);
+    }
+  }());
+}
+
+TEST_CASE("host names go through libcurl's threaded resolver") {
+  // "localhost" is answered inside libcurl; the machine's own name, when it maps to
+  // 127.0.0.1, goes through the threaded resolver and its socketpair (a descriptor libcurl
+  // opens itself and hands to the socket callback).
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+  asio::io_context io;
+  bool loopback = false;
+  {
+    asio::ip::tcp::resolver resolver(io);
+    std::error_code ec;
+    for (const auto& e : resolver.resolve(asio::ip::tcp::v4(), name, "80", ec))
+      loopback = loopback || e.endpoint().address() == asio::ip::make_address("127.0.0.1");
+  }
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  for (std::string host : {std::string("localhost"), std::string(name)}) {
+    if (host != "localhost" && !loopback) {
+      MESSAGE("skipped: ", host, " does not resolve to 127.0.0.1");
+      continue;
+    }
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await c.perform(get("http://" + host + ":" + std::to_string(server.port()) + "/"));
+    }());
+    CHECK(r.status == 200);
+  }
+  CHECK(c.stats().active_transfers == 0);
+}
+
+TEST_CASE("redirects are followed when asked") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push({.status = 302, .headers = {{"Location", "/next"}}, .body = ""});
+  server.push(http_action::ok("landed"));
+  server.push({.status = 302, .headers = {{"Location", "/again"}}, .body = ""});
+  client c(io.get_executor());
+  auto req = get(server.url());
+  req.follow_redirects = true;
+  response followed, not_followed;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    followed = co_await c.perform(req);
+    not_followed = co_await c.perform(get(server.url()));
+  }());
+  CHECK(followed.status == 200);
+  CHECK(followed.body == "landed");
+  CHECK(server.log()[1].target == "/next");
+  CHECK(not_followed.status == 302);
+  CHECK(not_followed.header("location") == "/again");
+}
+
+TEST_CASE("request::timeout does not count time spent in the client's queue") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::delayed(150ms, "slow"));
+  server.push(http_action::ok("fast"));
+  client c(io.get_executor(), client_options{.max_total_connections = 1});
+  std::error_code first, second;
+  response fast;
+  int done = 0;
+  c.async_perform(get(server.url()), [&](std::error_code ec, response) {
+    first = ec;
+    ++done;
+  });
+  auto req = get(server.url());
+  req.timeout = 100ms; // shorter than its wait behind the slow request
+  c.async_perform(req, [&](std::error_code ec, response r) {
+    second = ec;
+    fast = std::move(r);
+    ++done;
+  });
+  run_until(io, [&] { return done == 2; });
+  CHECK_FALSE(first);
+  CHECK_FALSE(second);
+  CHECK(fast.body == "fast");
+  CHECK(c.stats().peak_queued_requests == 1);
+}

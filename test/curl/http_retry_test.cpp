@@ -1,0 +1,409 @@
+#include <coretry/curl/retry.hpp>
+
+#include <doctest/doctest.h>
+#include <support/http_fault_server.hpp>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/detached.hpp>
+
+#include <ctime>
+#include <vector>
+
+#include "test_util.hpp"
+
+using namespace std::chrono_literals;
+using coretry::curl::client;
+using coretry::curl::client_options;
+using coretry::curl::errc;
+using coretry::curl::request;
+using coretry::curl::response;
+using coretry::test::get;
+using coretry::test::http_action;
+using coretry::test::http_fault_server;
+using coretry::test::run_for;
+using coretry::test::run_until;
+using coretry::test::run_until_done;
+
+namespace {
+
+// Short, deterministic backoff: 1 ms, 2 ms, 4 ms ... capped at `max`, no jitter.
+coretry::retry_policy fast_policy(unsigned attempts, std::chrono::milliseconds max = 20ms) {
+  coretry::retry_policy p;
+  p.max_attempts = attempts;
+  p.backoff = coretry::backoff::exponential(1ms, 2.0, max);
+  return p;
+}
+
+request post(std::string url) {
+  request r;
+  r.method = "POST";
+  r.url = std::move(url);
+  r.body = "order=1";
+  return r;
+}
+
+std::string http_date(std::time_t t) {
+  char buf[64];
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return buf;
+}
+
+} // namespace
+
+TEST_CASE("retry succeeds after scripted failures, one attempt per failure") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  // Each failure on a fresh connection: libcurl itself silently resends a request whose
+  // reused keep-alive connection died before any reply, which would hide a scripted failure.
+  auto closing = [](int status) {
+    auto a = http_action::with_status(status);
+    a.keep_alive = false;
+    return a;
+  };
+  server.push(closing(503));
+  server.push(http_action::reset());
+  server.push(http_action::close());
+  server.push(closing(500));
+  server.push(http_action::ok("finally"));
+  client c(io.get_executor());
+  std::vector<coretry::retry_event> events;
+  auto policy = fast_policy(6);
+  policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
+  coretry::retry_stats stats;
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, get(server.url()), policy, stats);
+  }());
+  CHECK(r.status == 200);
+  CHECK(r.body == "finally");
+  CHECK(stats.attempts == 5);
+  CHECK(server.requests() == 5);
+  REQUIRE(events.size() == 4);
+  CHECK(events[0].error == coretry::curl::make_http_status_error(503));
+  CHECK(events[0].error.message() == "HTTP 503 Service Unavailable");
+  CHECK(coretry::curl::is_retryable(events[1].error));
+  CHECK(events[2].error == errc::got_nothing);
+  CHECK(events[3].error == coretry::curl::make_http_status_error(500));
+  const auto s = c.stats();
+  CHECK(s.waiting_retries == 0);
+  CHECK(s.peak_waiting_retries == 1);
+  CHECK(s.active_transfers == 0);
+}
+
+TEST_CASE("when attempts run out on a retryable status the last response is returned") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(503, "still busy"));
+  client c(io.get_executor());
+  coretry::retry_stats stats;
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, get(server.url()), fast_policy(3), stats);
+  }());
+  CHECK(r.status == 503);
+  CHECK(r.body == "still busy");
+  CHECK(server.requests() == 3);
+  CHECK(stats.reason == coretry::errc::attempts_exhausted);
+}
+
+TEST_CASE("other 4xx statuses are returned at once") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(404, "nope"));
+  client c(io.get_executor());
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, get(server.url()), fast_policy(5));
+  }());
+  CHECK(r.status == 404);
+  CHECK(server.requests() == 1);
+}
+
+TEST_CASE("Retry-After is honoured, capped by backoff.max_delay()") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  std::vector<coretry::retry_event> events;
+  auto policy = fast_policy(3, 30ms);
+  policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
+
+  SUBCASE("delta-seconds on 503, above the cap") {
+    server.push(http_action::retry_after(503, "5"));
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      auto r = co_await coretry::curl::retry(c, get(server.url()), policy);
+      CHECK(r.status == 200);
+    }());
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].server_hint == 5s);
+    CHECK(events[0].delay == 30ms);
+  }
+  SUBCASE("an HTTP-date on 429, above the cap") {
+    server.push(http_action::retry_after(429, http_date(std::time(nullptr) + 3)));
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      auto r = co_await coretry::curl::retry(c, get(server.url()), policy);
+      CHECK(r.status == 200);
+    }());
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].server_hint >= 1s);
+    CHECK(events[0].server_hint <= 4s);
+    CHECK(events[0].delay == 30ms);
+  }
+  SUBCASE("below the cap, the hint wins over a shorter backoff delay") {
+    policy = fast_policy(3, 2s);
+    policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
+    server.push(http_action::retry_after(503, "1"));
+    const auto start = std::chrono::steady_clock::now();
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      auto r = co_await coretry::curl::retry(c, get(server.url()), policy);
+      CHECK(r.status == 200);
+    }());
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].delay == 1s);
+    CHECK(std::chrono::steady_clock::now() - start >= 1s);
+  }
+  SUBCASE("garbage and Retry-After on other statuses are ignored") {
+    server.push(http_action::retry_after(503, "-3"));
+    server.push(http_action::retry_after(500, "5"));
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      auto r = co_await coretry::curl::retry(c, get(server.url()), policy);
+      CHECK(r.status == 200);
+    }());
+    REQUIRE(events.size() == 2);
+    CHECK(events[0].server_hint == 0s);
+    CHECK(events[1].server_hint == 0s);
+    CHECK(events[1].delay == 2ms);
+  }
+}
+
+TEST_CASE("a POST is not retried unless it carries an Idempotency-Key or opts in") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+
+  SUBCASE("plain POST: one attempt, the 503 is returned") {
+    server.push(http_action::with_status(503));
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::retry(c, post(server.url()), fast_policy(5));
+    }());
+    CHECK(r.status == 503);
+    CHECK(server.requests() == 1);
+  }
+  SUBCASE("plain POST: one attempt, the transport error is thrown") {
+    server.push(http_action::close());
+    CHECK_THROWS_AS(run_until_done(io,
+                                   [&]() -> asio::awaitable<void> {
+                                     co_await coretry::curl::retry(c, post(server.url()),
+                                                                   fast_policy(5));
+                                   }()),
+                    std::system_error);
+    CHECK(server.requests() == 1);
+  }
+  SUBCASE("POST with Idempotency-Key is retried") {
+    server.push(http_action::with_status(503));
+    server.push(http_action::close());
+    auto req = post(server.url());
+    req.headers.emplace_back("Idempotency-Key", "order-1");
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::retry(c, req, fast_policy(5));
+    }());
+    CHECK(r.status == 200);
+    REQUIRE(server.requests() == 3);
+    for (const auto& seen : server.log()) {
+      CHECK(seen.header("Idempotency-Key") == "order-1");
+      CHECK(seen.body == "order=1");
+    }
+  }
+  SUBCASE("POST with retry_non_idempotent is retried") {
+    server.push(http_action::with_status(502));
+    auto req = post(server.url());
+    req.retry_non_idempotent = true;
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::retry(c, req, fast_policy(5));
+    }());
+    CHECK(r.status == 200);
+    CHECK(server.requests() == 2);
+  }
+}
+
+TEST_CASE("an unreachable port is retried and reported as couldnt_connect") {
+  asio::io_context io;
+  client c(io.get_executor());
+  const std::string url = "http://127.0.0.1:" + std::to_string(coretry::test::unused_port()) + "/";
+  coretry::retry_stats stats;
+  std::error_code ec;
+  try {
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      co_await coretry::curl::retry(c, get(url), fast_policy(3), stats);
+    }());
+  } catch (const std::system_error& e) {
+    ec = e.code();
+  }
+  CHECK(ec == errc::couldnt_connect);
+  CHECK(ec.message() == "Couldn't connect to server");
+  CHECK(stats.attempts == 3);
+  CHECK(c.stats().open_connections == 0);
+}
+
+TEST_CASE("an invalid URL fails at once, without retries") {
+  asio::io_context io;
+  client c(io.get_executor());
+  coretry::retry_stats stats;
+  std::error_code ec;
+  try {
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      co_await coretry::curl::retry(c, get("http://[::1"), fast_policy(5), stats);
+    }());
+  } catch (const std::system_error& e) {
+    ec = e.code();
+  }
+  CHECK(ec == errc::url_malformat);
+  CHECK(stats.attempts == 1);
+}
+
+TEST_CASE("a per-attempt timeout cancels a hung transfer and the retry succeeds") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::hang());
+  client c(io.get_executor());
+  auto policy = fast_policy(3);
+  policy.attempt_timeout = 50ms;
+  coretry::retry_stats stats;
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, get(server.url()), policy, stats);
+  }());
+  CHECK(r.status == 200);
+  CHECK(stats.attempts == 2);
+  CHECK(c.stats().active_transfers == 0);
+  CHECK(c.stats().open_connections == 1); // the hung connection was closed, the good one kept
+  run_for(io, 10ms);
+  CHECK(server.open_connections() == 1);
+}
+
+TEST_CASE("cancellation mid-sleep and mid-transfer releases everything") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  auto c = std::make_unique<client>(io.get_executor());
+  asio::cancellation_signal signal;
+  int completions = 0;
+  std::error_code result;
+  auto policy = fast_policy(5, 10s);
+
+  SUBCASE("mid-sleep") {
+    server.push(http_action::retry_after(503, "5"));
+    coretry::curl::async_retry(
+        *c, get(server.url()), policy,
+        asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, response) {
+          ++completions;
+          result = ec;
+        }));
+    run_until(io, [&] { return c->stats().waiting_retries == 1; });
+    CHECK(c->stats().active_transfers == 0);
+    CHECK(c->stats().pooled_handles == 1);
+    signal.emit(asio::cancellation_type::terminal);
+  }
+  SUBCASE("mid-transfer") {
+    server.push(http_action::slow_body(std::string(500, 'x'), 5ms));
+    coretry::curl::async_retry(
+        *c, get(server.url()), policy,
+        asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, response) {
+          ++completions;
+          result = ec;
+        }));
+    run_until(io, [&] { return c->stats().active_transfers == 1 && server.requests() == 1; });
+    run_for(io, 20ms);
+    signal.emit(asio::cancellation_type::terminal);
+  }
+  run_until(io, [&] { return completions == 1; });
+  run_for(io, 20ms);
+  CHECK(completions == 1);
+  CHECK(result == asio::error::operation_aborted);
+  auto s = c->stats();
+  CHECK(s.waiting_retries == 0);
+  CHECK(s.active_transfers == 0);
+  CHECK(s.pooled_handles == 1);
+  CHECK(server.requests() == 1);
+  c.reset();
+  run_for(io, 20ms);
+  CHECK(server.open_connections() == 0);
+}
+
+TEST_CASE("a group token cancels every sleeping retry") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::retry_after(503, "5"));
+  client c(io.get_executor());
+  coretry::cancellation_source source;
+  auto policy = fast_policy(5, 10s);
+  policy.cancellation = source.token();
+  int aborted = 0;
+  for (int i = 0; i < 20; ++i)
+    coretry::curl::async_retry(c, get(server.url()), policy, [&](std::error_code ec, response) {
+      if (ec == asio::error::operation_aborted)
+        ++aborted;
+    });
+  run_until(io, [&] { return c.stats().waiting_retries == 20; });
+  CHECK(c.stats().open_connections <= 20);
+  source.cancel();
+  run_until(io, [&] { return aborted == 20; });
+  CHECK(c.stats().waiting_retries == 0);
+}
+
+TEST_CASE("1,000 concurrent retrying requests complete once each within the connection limit") {
+  coretry::test::raise_fd_limit();
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  // The first 1,500 requests fail with 503: most operations retry at least once.
+  server.set_chooser([](std::size_t index, const coretry::test::received_request&) {
+    return index < 1500 ? http_action::with_status(503) : http_action::ok();
+  });
+  constexpr long limit = 32;
+  constexpr int n = 1000;
+  client c(io.get_executor(), client_options{.max_total_connections = limit});
+  auto policy = fast_policy(30, 20ms);
+  std::string scenario;
+  SUBCASE("short backoff: 1-20 ms, full jitter (sleeps shorter than the queue)") {
+    scenario = "backoff 1-20 ms";
+    policy.backoff =
+        coretry::backoff::exponential(1ms, 2.0, 20ms).with_jitter(coretry::jitter::full());
+  }
+  SUBCASE("long backoff: 100-200 ms, equal jitter (nearly everyone sleeps at once)") {
+    scenario = "backoff 100-200 ms";
+    policy.backoff =
+        coretry::backoff::exponential(100ms, 2.0, 200ms).with_jitter(coretry::jitter::equal());
+  }
+  std::vector<int> completions(n, 0);
+  int ok = 0, done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i)
+    coretry::curl::async_retry(c, get(server.url("/item/" + std::to_string(i))), policy,
+                               [&, i](std::error_code ec, response r) {
+                                 ++completions[static_cast<std::size_t>(i)];
+                                 ++done;
+                                 if (!ec && r.status == 200)
+                                   ++ok;
+                               });
+  run_until(io, [&] { return done == n; });
+  const auto wall = std::chrono::steady_clock::now() - start;
+  run_for(io, 20ms);
+  const auto s = c.stats();
+  for (int k : completions)
+    REQUIRE(k == 1);
+  CHECK(ok == n);
+  CHECK(server.requests() == 1500 + n);
+  CHECK(s.peak_open_connections <= static_cast<std::size_t>(limit));
+  CHECK(server.peak_connections() <= static_cast<std::size_t>(limit));
+  CHECK(s.waiting_retries == 0);
+  CHECK(s.active_transfers == 0);
+  MESSAGE(scenario, ": 1000 requests, 2500 attempts: peak open sockets ", s.peak_open_connections,
+          " (limit ", limit, "), peak active transfers ", s.peak_active_transfers, ", peak queued ",
+          s.peak_queued_requests, ", peak waiting retries ", s.peak_waiting_retries,
+          ", server peak connections ", server.peak_connections(), ", wall ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(wall).count(), " ms");
+}

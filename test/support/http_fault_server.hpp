@@ -1,0 +1,101 @@
+#pragma once
+// A small HTTP/1.1 server on 127.0.0.1 for the curl adapter's tests. Each request takes the next
+// scripted action (then the default action): a response, a reset, a close without reply, a hang
+// or a slow body. Runs on the executor it is given (the tests' single-threaded io_context);
+// not thread-safe.
+
+#include <asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace coretry::test {
+
+/// What the server does with one request.
+struct http_action {
+  enum class kind {
+    respond,   ///< send `status`, `headers`, `body` after `delay`
+    reset,     ///< close with SO_LINGER 0 (the client sees a connection reset), no reply
+    close,     ///< close cleanly without a reply
+    hang,      ///< never reply; keep the connection until the client (or stop()) closes it
+    slow_body, ///< send the headers, then `body` one `chunk` bytes at a time, `delay` apart
+  };
+  kind what = kind::respond;
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers{};
+  std::string body = "ok";
+  std::chrono::milliseconds delay{0};
+  std::size_t chunk = 1;
+  bool keep_alive = true;
+
+  static http_action ok(std::string body = "ok") { return {.body = std::move(body)}; }
+  static http_action with_status(int status, std::string body = "") {
+    return {.status = status, .body = std::move(body)};
+  }
+  static http_action retry_after(int status, std::string value) {
+    return {.status = status, .headers = {{"Retry-After", std::move(value)}}, .body = ""};
+  }
+  static http_action reset() { return {.what = kind::reset}; }
+  static http_action close() { return {.what = kind::close}; }
+  static http_action hang() { return {.what = kind::hang}; }
+  static http_action slow_body(std::string body, std::chrono::milliseconds delay,
+                               std::size_t chunk = 1) {
+    return {.what = kind::slow_body, .body = std::move(body), .delay = delay, .chunk = chunk};
+  }
+  static http_action delayed(std::chrono::milliseconds delay, std::string body = "ok") {
+    return {.body = std::move(body), .delay = delay};
+  }
+};
+
+/// A request as the server saw it.
+struct received_request {
+  std::string method;
+  std::string target;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  /// The first header named `name` (case-insensitive), or "".
+  std::string header(const std::string& name) const;
+};
+
+class http_fault_server {
+public:
+  /// Listens on 127.0.0.1, on an ephemeral port, and starts accepting at once.
+  explicit http_fault_server(asio::any_io_executor ex);
+  ~http_fault_server();
+  http_fault_server(const http_fault_server&) = delete;
+  http_fault_server& operator=(const http_fault_server&) = delete;
+
+  unsigned short port() const;
+  /// "http://127.0.0.1:<port><path>"
+  std::string url(const std::string& path = "/") const;
+
+  /// Appends to the script (`count` copies).
+  void push(http_action action, std::size_t count = 1);
+  /// The action once the script is empty (initially `http_action::ok()`).
+  void set_default(http_action action);
+  /// Chooses every action (the script is then ignored): called with the request's index from 0.
+  void set_chooser(std::function<http_action(std::size_t index, const received_request&)> f);
+
+  std::size_t requests() const;         ///< requests received so far
+  std::size_t open_connections() const; ///< connections currently open
+  std::size_t peak_connections() const;
+  std::size_t accepted() const;                     ///< connections accepted so far
+  const std::vector<received_request>& log() const; ///< every request, in order
+
+  /// Closes the listener and every connection.
+  void stop();
+
+  struct state;
+
+private:
+  std::shared_ptr<state> state_;
+  unsigned short port_ = 0;
+};
+
+} // namespace coretry::test
