@@ -2,7 +2,9 @@
 //
 // Everything touching libcurl runs on strand_. libcurl's callbacks only record what libcurl
 // wants and arm Asio waits; every curl_multi_* call is made from a handler on the strand,
-// never from inside a callback (ASIO_CURL_NOTES.md).
+// never from inside a callback (ASIO_CURL_NOTES.md). Each strand handler also holds mutex_,
+// uncontended except against shutdown(), which the client's destructor may run on any thread
+// while other threads run the strand.
 
 #include <coretry/curl/client.hpp>
 
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include "client_impl.hpp"
@@ -98,6 +101,9 @@ client_impl::~client_impl() {
 }
 
 void client_impl::shutdown() {
+  // The destructor's thread may differ from the threads running the strand: wait for the
+  // handler in progress, if any; every later one sees shut_ and returns.
+  std::lock_guard lock(mutex_);
   if (shut_)
     return;
   shut_ = true;
@@ -230,18 +236,22 @@ CURLcode client_impl::configure(transfer& t) {
   if (t.header_list)
     set(CURLOPT_HTTPHEADER, t.header_list);
 
-  if (r.method == "GET") {
+  // CURLOPT_POSTFIELDS turns the request into a POST, so any other method with a body is
+  // named explicitly: a GET with a body must still go out as GET. A HEAD never has a body
+  // (request::validate).
+  const bool has_body =
+      !r.body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH";
+  if (has_body) {
+    set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+    set(CURLOPT_POSTFIELDS, r.body.data());
+    if (r.method != "POST")
+      set(CURLOPT_CUSTOMREQUEST, r.method.c_str());
+  } else if (r.method == "GET") {
     set(CURLOPT_HTTPGET, 1L);
   } else if (r.method == "HEAD") {
     set(CURLOPT_NOBODY, 1L);
-  } else if (r.method == "POST") {
-    set(CURLOPT_POST, 1L);
   } else {
     set(CURLOPT_CUSTOMREQUEST, r.method.c_str());
-  }
-  if (!r.body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH") {
-    set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-    set(CURLOPT_POSTFIELDS, r.body.data());
   }
   return rc;
 }
@@ -369,8 +379,10 @@ void client_impl::arm(socket_entry& s) {
     (write ? s.writing : s.reading) = true;
     const bool now = ready > 0 && (error || (p.revents & (write ? POLLOUT : POLLIN)) != 0);
     auto handler = [self, fd = s.fd, id = s.id, write](std::error_code ec) {
-      if (auto impl = self.lock())
+      if (auto impl = self.lock()) {
+        std::lock_guard lock(impl->mutex_);
         impl->on_wait(fd, id, write, ec);
+      }
     };
     if (now)
       asio::post(strand_, [handler] { handler({}); });
@@ -464,8 +476,10 @@ int client_impl::on_timer(CURLM*, long timeout_ms, void* userp) {
     return 0;
   auto weak = self->weak_from_this();
   auto handler = [weak, generation = self->timer_generation_](std::error_code ec) {
-    if (auto impl = weak.lock())
+    if (auto impl = weak.lock()) {
+      std::lock_guard lock(impl->mutex_);
       impl->on_timer_fired(generation, ec);
+    }
   };
   if (timeout_ms == 0) {
     // Never act synchronously (we are inside libcurl); a post is cheaper than an expired timer.
@@ -528,6 +542,7 @@ std::shared_ptr<transfer> make_transfer(const std::shared_ptr<client_impl>& impl
 
 void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> t) {
   asio::post(impl->strand_, [impl, t = std::move(t)]() mutable {
+    std::lock_guard lock(impl->mutex_);
     if (t->cancel_requested) {
       impl->finish(std::move(t), asio::error::operation_aborted);
       return;
@@ -545,6 +560,7 @@ void cancel_hook::operator()(asio::cancellation_type) const {
     return;
   // Posted, never dispatched: the emit may come from inside a libcurl callback on the strand.
   asio::post(impl->strand_, [impl, weak = std::weak_ptr<transfer>(t)] {
+    std::lock_guard lock(impl->mutex_);
     if (auto t = weak.lock())
       impl->cancel(t);
   });
@@ -555,7 +571,7 @@ void cancel_hook::operator()(asio::cancellation_type) const {
 // --- client ----------------------------------------------------------------------------------
 
 client::client(executor_type executor, client_options options)
-    : executor_(std::move(executor)), options_(options),
+    : executor_(std::move(executor)), options_((options.validate(), options)),
       impl_(std::make_shared<detail::client_impl>(executor_, options_)) {}
 
 client::~client() {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -64,15 +65,18 @@ public:
   client_impl(const client_impl&) = delete;
   client_impl& operator=(const client_impl&) = delete;
 
-  /// Aborts everything and releases libcurl; idempotent. Not concurrent with the strand.
+  /// Aborts everything and releases libcurl; idempotent. Any thread: takes mutex_.
   void shutdown();
 
-  // On the strand:
+  // On the strand, with mutex_ held:
   void start_or_queue(std::shared_ptr<transfer> t);
   void cancel(const std::shared_ptr<transfer>& t);
   void finish(std::shared_ptr<transfer> t, std::error_code ec);
 
   asio::strand<asio::any_io_executor> strand_;
+  /// Held by every handler on strand_ and by shutdown(): the strand serializes the handlers,
+  /// this lock serializes them with a destructor running on another thread.
+  std::mutex mutex_;
   client_counters stats_;
 
 private:

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <queue>
@@ -268,6 +269,8 @@ int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   const auto strategies = make_strategies();
 
+  std::error_code dir_error;
+  std::filesystem::create_directories(o.out_dir, dir_error);
   const std::string csv_path = o.out_dir + "/jitter_contention.csv";
   std::ofstream csv(csv_path);
   if (!csv) {

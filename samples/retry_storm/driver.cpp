@@ -20,7 +20,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -535,7 +535,8 @@ void draw(const options& o, const std::vector<std::string>& strategies,
 }
 
 int run_experiment(const options& o) {
-  mkdir(o.out_dir.c_str(), 0755);
+  std::error_code dir_error;
+  std::filesystem::create_directories(o.out_dir, dir_error);
   std::vector<row> all;
   std::vector<summary> summaries;
   const auto started = clock_type::now();

@@ -396,3 +396,245 @@ TEST_CASE("request::timeout does not count time spent in the client's queue") {
   CHECK(fast.body == "fast");
   CHECK(c.stats().peak_queued_requests == 1);
 }
+
+TEST_CASE("client_options are validated at construction") {
+  asio::io_context io;
+  CHECK_THROWS_WITH_AS(client(io.get_executor(), client_options{.max_total_connections = -1}),
+                       "coretry::curl::client_options: max_total_connections = -1 (must be 0 "
+                       "(unlimited) or more)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(client(io.get_executor(), client_options{.max_host_connections = -2}),
+                       doctest::Contains("max_host_connections = -2"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(client(io.get_executor(), client_options{.max_idle_connections = -3}),
+                       doctest::Contains("max_idle_connections = -3"), std::invalid_argument);
+  CHECK_NOTHROW(client(io.get_executor(), client_options{.max_total_connections = 0,
+                                                         .max_host_connections = 0,
+                                                         .max_concurrent_requests = 0,
+                                                         .pool_size = 0,
+                                                         .max_idle_connections = 0}));
+}
+
+TEST_CASE("a malformed request throws std::invalid_argument at the call and sends nothing") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  auto with = [&](auto change) {
+    request r = get(server.url());
+    change(r);
+    return r;
+  };
+  struct bad_case {
+    request req;
+    const char* message;
+  };
+  const bad_case cases[] = {
+      {with([](request& r) { r.method = ""; }), "request: method = \"\""},
+      {with([](request& r) { r.method = "GET /x HTTP/1.1\r\nX:"; }),
+       "request: method = \"GET /x HTTP/1.1\\r\\nX:\""},
+      {with([](request& r) { r.url += std::string(1, '\0') + "evil"; }), "request: url = "},
+      {with([](request& r) { r.headers = {{"Good", "1"}, {"Bad Name", "v"}}; }),
+       "request: headers[1].name = \"Bad Name\""},
+      {with([](request& r) { r.headers = {{"X-A", "v\r\nInjected: 1"}}; }),
+       "request: headers[0].value = \"v\\r\\nInjected: 1\""},
+      {with([](request& r) { r.connect_timeout = -1ms; }), "request: connect_timeout = -1ms"},
+      {with([](request& r) { r.timeout = -5ms; }), "request: timeout = -5ms"},
+      {with([](request& r) { r.max_redirects = -1; }), "request: max_redirects = -1"},
+      {with([](request& r) {
+         r.method = "HEAD";
+         r.body = "x";
+       }),
+       "request: body = 1 bytes"},
+  };
+  int handler_calls = 0;
+  for (const auto& bc : cases) {
+    CAPTURE(bc.message);
+    CHECK_THROWS_WITH_AS(bc.req.validate(), doctest::Contains(bc.message), std::invalid_argument);
+    CHECK_THROWS_AS(c.async_perform(bc.req, [&](std::error_code, response) { ++handler_calls; }),
+                    std::invalid_argument);
+    CHECK_THROWS_AS((void)c.perform(bc.req), std::invalid_argument);
+  }
+  run_for(io, 20ms);
+  CHECK(handler_calls == 0);
+  CHECK(server.requests() == 0);
+  CHECK(c.stats().peak_active_transfers == 0);
+  CHECK(c.stats().peak_queued_requests == 0);
+  // The boundaries are accepted.
+  CHECK_NOTHROW(with([](request& r) {
+                  r.method = "M-SEARCH";
+                  r.headers = {{"X-Empty", ""}, {"X-Tab", "a\tb"}};
+                  r.max_redirects = 0;
+                }).validate());
+}
+
+TEST_CASE("every method keeps its name, with or without a body") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  auto make = [&](std::string method, std::string body) {
+    request r = get(server.url());
+    r.method = std::move(method);
+    r.body = std::move(body);
+    return r;
+  };
+  const std::vector<std::pair<std::string, std::string>> sent = {
+      {"GET", "query-body"}, {"DELETE", "why"}, {"PATCH", "p"}, {"OPTIONS", ""},
+      {"PUT", ""},           {"POST", ""},      {"GET", ""},
+  };
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    for (const auto& [method, body] : sent)
+      co_await c.perform(make(method, body));
+  }());
+  REQUIRE(server.log().size() == sent.size());
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    CAPTURE(i);
+    CHECK(server.log()[i].method == sent[i].first);
+    CHECK(server.log()[i].body == sent[i].second);
+  }
+}
+
+TEST_CASE("a completion is never invoked from inside the initiating call") {
+  asio::io_context io;
+  client c(io.get_executor());
+  int calls = 0;
+  std::error_code ec;
+  // Fails synchronously inside libcurl's set-up (unsupported scheme): still posted.
+  c.async_perform(get("ftp://127.0.0.1/"), [&](std::error_code e, response) {
+    ++calls;
+    ec = e;
+  });
+  CHECK(calls == 0);
+  run_until(io, [&] { return calls == 1; });
+  CHECK(ec == errc::unsupported_protocol);
+  CHECK(ec.message() == "Unsupported protocol");
+}
+
+TEST_CASE("a redirect loop stops at max_redirects") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default({.status = 302, .headers = {{"Location", "/loop"}}, .body = ""});
+  client c(io.get_executor());
+  auto req = get(server.url());
+  req.follow_redirects = true;
+  req.max_redirects = 2;
+  CHECK(perform_error(io, c, req) == errc::too_many_redirects);
+  CHECK(server.requests() == 3); // the request and two redirects
+}
+
+TEST_CASE("a body shorter than its Content-Length is a partial_file error") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::truncated("half", 10));
+  client c(io.get_executor());
+  CHECK(perform_error(io, c, get(server.url())) == errc::partial_file);
+  run_for(io, 10ms);
+  CHECK(c.stats().open_connections == 0); // the broken connection is not kept
+}
+
+TEST_CASE("connection limits: per host, idle cache and handle pool are bounded") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::delayed(5ms));
+
+  SUBCASE("max_host_connections bounds the sockets to one host") {
+    client c(io.get_executor(), client_options{.max_total_connections = 0,
+                                               .max_host_connections = 2,
+                                               .max_concurrent_requests = 2});
+    int ok = 0;
+    for (int i = 0; i < 8; ++i)
+      c.async_perform(get(server.url()), [&](std::error_code ec, response r) {
+        ok += !ec && r.status == 200;
+      });
+    run_until(io, [&] { return ok == 8; });
+    CHECK(c.stats().peak_open_connections == 2);
+    CHECK(server.peak_connections() == 2);
+  }
+  SUBCASE("pool_size and max_idle_connections bound what stays after a burst") {
+    client c(io.get_executor(), client_options{.max_total_connections = 8,
+                                               .pool_size = 3,
+                                               .max_idle_connections = 2});
+    int ok = 0;
+    for (int i = 0; i < 8; ++i)
+      c.async_perform(get(server.url()), [&](std::error_code ec, response r) {
+        ok += !ec && r.status == 200;
+      });
+    run_until(io, [&] { return ok == 8; });
+    run_for(io, 10ms);
+    const auto s = c.stats();
+    CHECK(s.peak_active_transfers == 8);
+    CHECK(s.peak_open_connections == 8);
+    CHECK(s.pooled_handles == 3);   // the rest were cleaned up
+    CHECK(s.open_connections == 2); // libcurl closed the idle surplus
+    CHECK(server.open_connections() == 2);
+  }
+}
+
+TEST_CASE("no descriptor outlives the client, resolver socketpairs included") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::ok());
+  server.push(http_action::hang(), 2);
+  const std::string host = coretry::test::loopback_host_name();
+  MESSAGE("second host name: ", host);
+  const auto baseline = coretry::test::open_fds();
+  int aborted = 0;
+  {
+    client c(io.get_executor());
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      co_await c.perform(get(server.url()));
+      // A name (through the threaded resolver when it can) and a numeric host.
+      co_await c.perform(get("http://" + host + ":" + std::to_string(server.port()) + "/"));
+      for (int i = 0; i < 2; ++i)
+        c.async_perform(get(server.url()), [&](std::error_code ec, response) {
+          aborted += ec == asio::error::operation_aborted;
+        });
+      co_await coretry::test::sleep_for(20ms);
+    }());
+    CHECK(coretry::test::open_fds() > baseline);
+    // The named host's connection idle; the numeric host's one reused by a hung transfer, a
+    // second one opened for the other.
+    CHECK(c.stats().open_connections == 3);
+    CHECK(c.stats().active_transfers == 2);
+  }
+  run_for(io, 20ms); // let the aborted handlers run and the server see the closes
+  CHECK(aborted == 2);
+  CHECK(server.open_connections() == 0);
+  CHECK(coretry::test::open_fds() == baseline);
+}
+
+TEST_CASE("a client may be destroyed while other threads run its io_context") {
+  asio::io_context server_io;
+  http_fault_server server(server_io.get_executor());
+  server.set_default(http_action::slow_body(std::string(4000, 'x'), 1ms, 8));
+  auto server_work = asio::make_work_guard(server_io);
+  std::thread server_thread([&] { server_io.run(); });
+
+  for (int round = 0; round < 3; ++round) {
+    asio::io_context io;
+    auto work = asio::make_work_guard(io);
+    std::thread t1([&] { io.run(); });
+    std::thread t2([&] { io.run(); });
+    std::atomic<int> aborted{0}, other{0};
+    {
+      client c(io.get_executor(), client_options{.max_total_connections = 8});
+      for (int i = 0; i < 16; ++i)
+        c.async_perform(get(server.url()), [&](std::error_code ec, response) {
+          (ec == asio::error::operation_aborted ? aborted : other)++;
+        });
+      // Destroy while bodies stream in: socket and timer handlers are running on t1 and t2.
+      const auto limit = std::chrono::steady_clock::now() + 5s;
+      while (c.stats().active_transfers < 8 && std::chrono::steady_clock::now() < limit)
+        std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + 5 * round));
+    }
+    work.reset();
+    t1.join();
+    t2.join();
+    CHECK(aborted + other == 16);
+    CHECK(aborted > 0);
+  }
+  asio::post(server_io, [&] {
+    server.stop();
+    server_work.reset();
+  });
+  server_thread.join();
+}

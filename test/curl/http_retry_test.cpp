@@ -67,10 +67,13 @@ TEST_CASE("retry succeeds after scripted failures, one attempt per failure") {
   server.push(http_action::reset());
   server.push(http_action::close());
   server.push(closing(500));
+  server.push(http_action::truncated("part"));
+  for (int status : {408, 429, 502, 504})
+    server.push(closing(status));
   server.push(http_action::ok("finally"));
   client c(io.get_executor());
   std::vector<coretry::retry_event> events;
-  auto policy = fast_policy(6);
+  auto policy = fast_policy(11, 4ms);
   policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
   coretry::retry_stats stats;
   response r;
@@ -79,14 +82,25 @@ TEST_CASE("retry succeeds after scripted failures, one attempt per failure") {
   }());
   CHECK(r.status == 200);
   CHECK(r.body == "finally");
-  CHECK(stats.attempts == 5);
-  CHECK(server.requests() == 5);
-  REQUIRE(events.size() == 4);
+  CHECK(stats.attempts == 10);
+  CHECK(server.requests() == 10);
+  REQUIRE(events.size() == 9);
   CHECK(events[0].error == coretry::curl::make_http_status_error(503));
   CHECK(events[0].error.message() == "HTTP 503 Service Unavailable");
   CHECK(coretry::curl::is_retryable(events[1].error));
+  CHECK(events[1].error.category() == coretry::curl::curl_category());
   CHECK(events[2].error == errc::got_nothing);
   CHECK(events[3].error == coretry::curl::make_http_status_error(500));
+  CHECK(events[4].error == errc::partial_file);
+  CHECK(events[5].error == coretry::curl::make_http_status_error(408));
+  CHECK(events[6].error == coretry::curl::make_http_status_error(429));
+  CHECK(events[7].error == coretry::curl::make_http_status_error(502));
+  CHECK(events[8].error == coretry::curl::make_http_status_error(504));
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    CAPTURE(i);
+    CHECK(events[i].attempt == i + 1);
+    CHECK(events[i].delay == std::min<std::chrono::nanoseconds>(1ms * (1 << i), 4ms));
+  }
   const auto s = c.stats();
   CHECK(s.waiting_retries == 0);
   CHECK(s.peak_waiting_retries == 1);
@@ -152,17 +166,57 @@ TEST_CASE("Retry-After is honoured, capped by backoff.max_delay()") {
     CHECK(events[0].delay == 30ms);
   }
   SUBCASE("below the cap, the hint wins over a shorter backoff delay") {
+    // The 1 s sleep is not waited out: 60 ms without a second request show the 1 ms backoff
+    // delay was overridden; the group token then ends the sleep.
+    coretry::cancellation_source source;
     policy = fast_policy(3, 2s);
     policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
+    policy.cancellation = source.token();
     server.push(http_action::retry_after(503, "1"));
+    std::error_code result;
+    int done = 0;
+    coretry::curl::async_retry(c, get(server.url()), policy, [&](std::error_code ec, response) {
+      result = ec;
+      ++done;
+    });
+    run_until(io, [&] { return c.stats().waiting_retries == 1; });
+    run_for(io, 60ms);
+    CHECK(server.requests() == 1);
+    CHECK(done == 0);
+    source.cancel();
+    run_until(io, [&] { return done == 1; });
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].server_hint == 1s);
+    CHECK(events[0].delay == 1s);
+    CHECK(result == asio::error::operation_aborted);
+  }
+  SUBCASE("a hint beyond the deadline ends the loop at once with the last response") {
+    policy = fast_policy(3, 10s);
+    policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
+    policy.deadline = 2s;
+    server.push(http_action::retry_after(503, "120"));
+    coretry::retry_stats stats;
+    response r;
     const auto start = std::chrono::steady_clock::now();
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::retry(c, get(server.url()), policy, stats);
+    }());
+    CHECK(std::chrono::steady_clock::now() - start < 1s);
+    CHECK(r.status == 503);
+    CHECK(stats.attempts == 1);
+    CHECK(stats.reason == coretry::errc::deadline_exceeded);
+    CHECK(events.empty());
+    CHECK(server.requests() == 1);
+  }
+  SUBCASE("a huge hint is capped, never overflows") {
+    server.push(http_action::retry_after(429, "99999999999999999999999"));
     run_until_done(io, [&]() -> asio::awaitable<void> {
       auto r = co_await coretry::curl::retry(c, get(server.url()), policy);
       CHECK(r.status == 200);
     }());
     REQUIRE(events.size() == 1);
-    CHECK(events[0].delay == 1s);
-    CHECK(std::chrono::steady_clock::now() - start >= 1s);
+    CHECK(events[0].server_hint == coretry::curl::max_retry_after);
+    CHECK(events[0].delay == 30ms);
   }
   SUBCASE("garbage and Retry-After on other statuses are ignored") {
     server.push(http_action::retry_after(503, "-3"));
@@ -264,6 +318,22 @@ TEST_CASE("an invalid URL fails at once, without retries") {
   }
   CHECK(ec == errc::url_malformat);
   CHECK(stats.attempts == 1);
+}
+
+TEST_CASE("a malformed request or policy throws std::invalid_argument at the call") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  auto bad = get(server.url());
+  bad.headers = {{"X-A", "1\nX-B: 2"}};
+  CHECK_THROWS_WITH_AS((void)coretry::curl::retry(c, bad, fast_policy(3)),
+                       doctest::Contains("headers[0].value"), std::invalid_argument);
+  CHECK_THROWS_AS(coretry::curl::async_retry(c, bad, fast_policy(3), asio::detached),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH_AS((void)coretry::curl::retry(c, get(server.url()), fast_policy(0)),
+                       doctest::Contains("max_attempts"), std::invalid_argument);
+  run_for(io, 10ms);
+  CHECK(server.requests() == 0);
 }
 
 TEST_CASE("a per-attempt timeout cancels a hung transfer and the retry succeeds") {

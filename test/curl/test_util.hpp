@@ -10,11 +10,14 @@
 #include <asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <exception>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 namespace coretry::test {
 
@@ -65,6 +68,31 @@ inline unsigned short unused_port() {
 inline asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
   asio::steady_timer t(co_await asio::this_coro::executor, d);
   co_await t.async_wait(asio::use_awaitable);
+}
+
+/// Descriptors open in this process now (entries of /proc/self/fd, less the one used to list
+/// them): a test compares it before and after, to show nothing leaked.
+inline std::size_t open_fds() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n - 1;
+}
+
+/// The machine's own name when it resolves to 127.0.0.1 (libcurl then goes through its
+/// threaded resolver and the socketpair it opens itself), else "localhost" (resolved inside
+/// libcurl).
+inline std::string loopback_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0)
+    return "localhost";
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  std::error_code ec;
+  for (const auto& e : resolver.resolve(asio::ip::tcp::v4(), name, "80", ec))
+    if (e.endpoint().address() == asio::ip::make_address("127.0.0.1"))
+      return name;
+  return "localhost";
 }
 
 /// Raises the soft descriptor limit to the hard one.

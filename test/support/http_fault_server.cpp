@@ -171,6 +171,15 @@ struct http_fault_server::state : std::enable_shared_from_this<state> {
           if (ec)
             co_return;
         }
+      case http_action::kind::truncate: {
+        std::string head = "HTTP/1.1 " + std::to_string(a.status) + " " + reason(a.status) +
+                           "\r\nContent-Length: " + std::to_string(a.body.size() + a.chunk) +
+                           "\r\n\r\n" + a.body;
+        co_await asio::async_write(*sock, asio::buffer(head), nothrow); // errors: closing anyway
+        sock->shutdown(asio::socket_base::shutdown_both, ignored);
+        sock->close(ignored);
+        co_return;
+      }
       case http_action::kind::respond:
       case http_action::kind::slow_body: {
         asio::steady_timer timer(executor);

@@ -1,7 +1,7 @@
 #pragma once
 // A small HTTP/1.1 server on 127.0.0.1 for the curl adapter's tests. Each request takes the next
-// scripted action (then the default action): a response, a reset, a close without reply, a hang
-// or a slow body. Runs on the executor it is given (the tests' single-threaded io_context);
+// scripted action (then the default action): a response, a reset, a close without reply, a hang,
+// a slow body or a truncated body. Runs on the executor it is given (the tests' single-threaded io_context);
 // not thread-safe.
 
 #include <asio/any_io_executor.hpp>
@@ -25,6 +25,7 @@ struct http_action {
     close,     ///< close cleanly without a reply
     hang,      ///< never reply; keep the connection until the client (or stop()) closes it
     slow_body, ///< send the headers, then `body` one `chunk` bytes at a time, `delay` apart
+    truncate,  ///< declare `body.size() + chunk` bytes, send `body`, close (a partial read)
   };
   kind what = kind::respond;
   int status = 200;
@@ -47,6 +48,10 @@ struct http_action {
   static http_action slow_body(std::string body, std::chrono::milliseconds delay,
                                std::size_t chunk = 1) {
     return {.what = kind::slow_body, .body = std::move(body), .delay = delay, .chunk = chunk};
+  }
+  /// Announces `missing` more bytes than `body` holds, sends `body`, then closes.
+  static http_action truncated(std::string body, std::size_t missing = 10) {
+    return {.what = kind::truncate, .body = std::move(body), .chunk = missing};
   }
   static http_action delayed(std::chrono::milliseconds delay, std::string body = "ok") {
     return {.body = std::move(body), .delay = delay};

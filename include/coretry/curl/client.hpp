@@ -23,11 +23,13 @@
 
 namespace coretry::curl {
 
-/// Limits of a `client`. Every field has a default.
+/// Limits of a `client`. Every field has a default; `client`'s constructor calls `validate()`.
 struct client_options {
   /// Sockets open at once, over all hosts (`CURLMOPT_MAX_TOTAL_CONNECTIONS`); 0 = unlimited.
   long max_total_connections = 64;
   /// Sockets open at once to one host (`CURLMOPT_MAX_HOST_CONNECTIONS`); 0 = unlimited.
+  /// Beware: transfers to one host beyond this limit wait inside libcurl, where the wait counts
+  /// in `request::timeout`. For a single host, set `max_concurrent_requests` to this value too.
   long max_host_connections = 0;
   /// Transfers handed to libcurl at once; the rest wait, in order, in the client's own queue.
   /// 0 = `max_total_connections` (unlimited when that is 0). Keeping this at or below
@@ -39,6 +41,10 @@ struct client_options {
   /// Idle connections kept in libcurl's cache (`CURLMOPT_MAXCONNECTS`);
   /// 0 = `max_total_connections`, or 64 when that is 0.
   long max_idle_connections = 0;
+
+  /// Throws `std::invalid_argument` naming the field and its value when a `long` field is
+  /// negative.
+  void validate() const;
 };
 
 /// A snapshot of a client's counters. Each `peak_` value is the largest seen since construction.
@@ -128,7 +134,8 @@ class client {
 public:
   using executor_type = asio::any_io_executor;
 
-  /// Throws `std::system_error` if libcurl cannot create the multi handle.
+  /// Throws `std::invalid_argument` when `options` is invalid (see `client_options::validate`),
+  /// `std::system_error` if libcurl cannot create the multi handle.
   explicit client(executor_type executor, client_options options = {});
   ~client();
   client(const client&) = delete;
@@ -149,10 +156,14 @@ public:
   /// if unfinished), its easy handle goes back to the pool, and the handler gets
   /// `operation_aborted`, unless the transfer completed first.
   ///
+  /// Throws `std::invalid_argument` at the call, whatever the token, when `req.validate()` does;
+  /// nothing is started then.
+  ///
   /// Thread safety: may be called from any thread.
   /// Works with any completion token: callbacks, `use_awaitable`, `use_future`,
   /// `experimental::deferred`, `experimental::as_tuple(...)`.
   template <class CompletionToken> auto async_perform(request req, CompletionToken&& token) {
+    req.validate();
     return asio::async_initiate<CompletionToken, void(std::error_code, response)>(
         [this](auto handler, request r) {
           using handler_type = std::decay_t<decltype(handler)>;
@@ -168,7 +179,8 @@ public:
   }
 
   /// `co_await client.perform(req)`: as `async_perform`, throwing `std::system_error` on a
-  /// transport error or cancellation. A 4xx/5xx status is returned, not thrown.
+  /// transport error or cancellation. A 4xx/5xx status is returned, not thrown. An invalid
+  /// `req` throws `std::invalid_argument` from the call itself.
   asio::awaitable<response> perform(request req) {
     return async_perform(std::move(req), asio::use_awaitable);
   }

@@ -22,24 +22,35 @@ std::optional<std::string_view> find_header(const header_list& headers,
                                             std::string_view name) noexcept;
 
 /// One HTTP request. A plain aggregate; copy it freely.
+///
+/// `client::async_perform`, `client::perform`, `coretry::curl::retry` and `async_retry` check it
+/// with `validate()` when called, so a malformed field is a `std::invalid_argument` at the call,
+/// never a request on the wire. A URL libcurl cannot parse is not checked there: it completes
+/// with `errc::url_malformat` (or `errc::unsupported_protocol`), like any transport error.
 struct request {
-  /// The method, sent as given ("GET", "HEAD", "POST", "PUT", "DELETE", ...). "HEAD" fetches
-  /// no body; any method may carry `body`.
+  /// The method, sent as given ("GET", "HEAD", "POST", "PUT", "DELETE", ...): a non-empty HTTP
+  /// token (letters, digits, ``!#$%&'*+-.^_`|~``). "HEAD" fetches no body and must not carry
+  /// one; any other method may carry `body` and is sent with its own name.
   std::string method = "GET";
-  /// An absolute http:// or https:// URL. Other schemes fail with `errc::unsupported_protocol`.
+  /// An absolute http:// or https:// URL. Other schemes fail with `errc::unsupported_protocol`,
+  /// unparsable ones with `errc::url_malformat`. Must not contain a NUL character.
   std::string url;
-  /// Extra request header fields (for example `{"Idempotency-Key", "abc"}`).
+  /// Extra request header fields (for example `{"Idempotency-Key", "abc"}`). Names must be
+  /// non-empty HTTP tokens; values must not contain CR, LF or NUL (no header injection). An
+  /// empty value sends the field with an empty value.
   header_list headers{};
   /// The request body, sent as is (with a Content-Length).
   std::string body{};
-  /// Connection set-up limit; zero means libcurl's default (300 s).
+  /// Connection set-up limit; zero means libcurl's default (300 s). Must not be negative.
   std::chrono::milliseconds connect_timeout{0};
   /// Limit on the whole transfer from the moment it starts on the network; zero means none.
-  /// Time spent waiting in the client's own queue (`client_options::max_concurrent_requests`)
-  /// does not count. Expiry fails the transfer with `errc::operation_timedout`.
+  /// Must not be negative. Time spent waiting in the client's own queue
+  /// (`client_options::max_concurrent_requests`) does not count. Expiry fails the transfer
+  /// with `errc::operation_timedout`.
   std::chrono::milliseconds timeout{0};
   /// Follow 3xx redirects (at most `max_redirects`; beyond, `errc::too_many_redirects`).
   bool follow_redirects = false;
+  /// Redirects followed at most when `follow_redirects` is set; 0 or more (default 10).
   long max_redirects = 10;
   /// Let `coretry::curl::retry` retry this request even though its method is not idempotent.
   /// A request with an `Idempotency-Key` header is retried without this.
@@ -49,6 +60,12 @@ struct request {
   std::optional<std::string_view> header(std::string_view name) const noexcept {
     return find_header(headers, name);
   }
+
+  /// Throws `std::invalid_argument` naming the first bad field and its value (control
+  /// characters escaped): an empty or non-token `method`, a NUL in `url`, a header name that
+  /// is not a token or a value with CR/LF/NUL, a negative `connect_timeout`, `timeout` or
+  /// `max_redirects`, a "HEAD" with a body.
+  void validate() const;
 };
 
 /// What a completed transfer returned. Any status, 4xx and 5xx included, is a response, not an

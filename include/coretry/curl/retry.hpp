@@ -100,8 +100,9 @@ make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state
 /// - `policy.on_retry` sees each retry: its `error` is the transport error, or for a retryable
 ///   status `make_http_status_error(status)` (category `http_status_category()`).
 ///
-/// \returns the response. \throws std::system_error with the last transport error (or the
-/// policy's reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
+/// \returns the response. \throws std::invalid_argument at the call when `req.validate()` or
+/// `policy.validate()` does; std::system_error with the last transport error (or the policy's
+/// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
 ///
 /// Cancellation: terminal cancellation of the awaiting coroutine, and the policy's group token,
 /// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
@@ -109,6 +110,7 @@ make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state
 ///
 /// `c` must outlive the operation. Thread safety: as `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
+  req.validate();
   auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
   auto p = detail::make_http_policy(std::move(policy), st);
   return coretry::retry_async(detail::make_http_attempt(std::move(st)), std::move(p));
@@ -118,6 +120,7 @@ inline asio::awaitable<response> retry(client& c, request req, coretry::retry_po
 /// the operation.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy,
                                        coretry::retry_stats& stats) {
+  req.validate();
   auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
   auto p = detail::make_http_policy(std::move(policy), st);
   return coretry::retry_async(detail::make_http_attempt(std::move(st)), std::move(p), stats);
@@ -126,11 +129,13 @@ inline asio::awaitable<response> retry(client& c, request req, coretry::retry_po
 /// `retry` for any completion token, on the client's executor.
 ///
 /// Completion signature: `void(std::error_code, response)`; the error is empty whenever a
-/// response is delivered (including a last retryable status once attempts ran out).
+/// response is delivered (including a last retryable status once attempts ran out). An invalid
+/// `req` or `policy` throws `std::invalid_argument` at the call; nothing is started then.
 /// Cancellation: terminal, partial or total through the handler's slot, or the policy's group
 /// token; completes once with `operation_aborted`. Thread safety: any thread.
 template <class CompletionToken>
 auto async_retry(client& c, request req, coretry::retry_policy policy, CompletionToken&& token) {
+  req.validate();
   auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
   auto p = detail::make_http_policy(std::move(policy), st);
   return coretry::async_retry(c.get_executor(), detail::make_http_attempt(std::move(st)),
