@@ -258,3 +258,32 @@ TEST_CASE("operations that finish unlink themselves from the token") {
   io.restart();
   CHECK(io.poll() == 0);
 }
+
+TEST_CASE("an on_retry hook may cancel its own group: it and its peers stop at once") {
+  manual_clock::reset();
+  asio::io_context io;
+  coretry::cancellation_source source;
+  auto policy = slow_retries();
+  policy.cancellation = source.token();
+  scripted_op peer{{hang()}}; // another operation of the group, mid-attempt
+  completion_log peer_log;
+  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return peer(); }, policy,
+                                     peer_log.handler());
+  // The hook runs on the operation's own strand: cancel() must not run the emit inline there.
+  policy.on_retry = [&](const coretry::retry_event&) { source.cancel(); };
+  scripted_op op{{fail(refused)}};
+  completion_log log;
+  coretry::retry_stats stats;
+  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, policy, stats,
+                                     log.handler());
+  io.run();
+  CHECK(log.completions == 1);
+  CHECK(log.error == asio::error::operation_aborted);
+  CHECK(op.calls == 1);
+  CHECK(stats.reason == coretry::errc::cancelled);
+  CHECK(peer_log.completions == 1);
+  CHECK(peer_log.error == asio::error::operation_aborted);
+  CHECK(peer.calls == 1);
+  CHECK(manual_clock::pending() == 0);
+  CHECK(manual_clock::elapsed() == 0ms);
+}

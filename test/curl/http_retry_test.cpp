@@ -359,37 +359,54 @@ TEST_CASE("a per-attempt timeout cancels a hung transfer and the retry succeeds"
 TEST_CASE("cancellation mid-sleep and mid-transfer releases everything") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
+  const auto baseline_fds = coretry::test::open_fds();
   auto c = std::make_unique<client>(io.get_executor());
   asio::cancellation_signal signal;
+  coretry::cancellation_source source;
   int completions = 0;
   std::error_code result;
   auto policy = fast_policy(5, 10s);
+  policy.cancellation = source.token();
+  auto handler = asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, response) {
+    ++completions;
+    result = ec;
+  });
+  bool by_token = false;
+  std::size_t sockets_after = 0; // what a cancelled operation may leave: an idle keep-alive one
 
-  SUBCASE("mid-sleep") {
+  SUBCASE("mid-sleep, through the handler's slot") {
     server.push(http_action::retry_after(503, "5"));
-    coretry::curl::async_retry(
-        *c, get(server.url()), policy,
-        asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, response) {
-          ++completions;
-          result = ec;
-        }));
+    coretry::curl::async_retry(*c, get(server.url()), policy, handler);
     run_until(io, [&] { return c->stats().waiting_retries == 1; });
-    CHECK(c->stats().active_transfers == 0);
-    CHECK(c->stats().pooled_handles == 1);
-    signal.emit(asio::cancellation_type::terminal);
+    sockets_after = 1;
   }
-  SUBCASE("mid-transfer") {
+  SUBCASE("mid-sleep, through the group token") {
+    server.push(http_action::retry_after(503, "5"));
+    coretry::curl::async_retry(*c, get(server.url()), policy, handler);
+    run_until(io, [&] { return c->stats().waiting_retries == 1; });
+    by_token = true;
+    sockets_after = 1;
+  }
+  SUBCASE("mid-transfer, through the handler's slot") {
     server.push(http_action::slow_body(std::string(500, 'x'), 5ms));
-    coretry::curl::async_retry(
-        *c, get(server.url()), policy,
-        asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, response) {
-          ++completions;
-          result = ec;
-        }));
+    coretry::curl::async_retry(*c, get(server.url()), policy, handler);
     run_until(io, [&] { return c->stats().active_transfers == 1 && server.requests() == 1; });
     run_for(io, 20ms);
-    signal.emit(asio::cancellation_type::terminal);
   }
+  SUBCASE("mid-transfer, through the group token") {
+    server.push(http_action::slow_body(std::string(500, 'x'), 5ms));
+    coretry::curl::async_retry(*c, get(server.url()), policy, handler);
+    run_until(io, [&] { return c->stats().active_transfers == 1 && server.requests() == 1; });
+    run_for(io, 20ms);
+    by_token = true;
+  }
+  // While sleeping the operation holds no easy handle; while transferring it holds one.
+  CHECK(c->stats().pooled_handles == (c->stats().waiting_retries == 1 ? 1u : 0u));
+  CHECK(c->stats().open_connections == 1);
+  if (by_token)
+    source.cancel();
+  else
+    signal.emit(asio::cancellation_type::terminal);
   run_until(io, [&] { return completions == 1; });
   run_for(io, 20ms);
   CHECK(completions == 1);
@@ -397,11 +414,15 @@ TEST_CASE("cancellation mid-sleep and mid-transfer releases everything") {
   auto s = c->stats();
   CHECK(s.waiting_retries == 0);
   CHECK(s.active_transfers == 0);
+  CHECK(s.queued_requests == 0);
   CHECK(s.pooled_handles == 1);
+  CHECK(s.open_connections == sockets_after); // an aborted transfer's connection is closed
   CHECK(server.requests() == 1);
+  CHECK(server.open_connections() == sockets_after);
   c.reset();
   run_for(io, 20ms);
   CHECK(server.open_connections() == 0);
+  CHECK(coretry::test::open_fds() == baseline_fds);
 }
 
 TEST_CASE("a group token cancels every sleeping retry") {
@@ -438,6 +459,7 @@ TEST_CASE("1,000 concurrent retrying requests complete once each within the conn
   client c(io.get_executor(), client_options{.max_total_connections = limit});
   auto policy = fast_policy(30, 20ms);
   std::string scenario;
+  bool long_sleeps = false;
   SUBCASE("short backoff: 1-20 ms, full jitter (sleeps shorter than the queue)") {
     scenario = "backoff 1-20 ms";
     policy.backoff =
@@ -445,6 +467,7 @@ TEST_CASE("1,000 concurrent retrying requests complete once each within the conn
   }
   SUBCASE("long backoff: 100-200 ms, equal jitter (nearly everyone sleeps at once)") {
     scenario = "backoff 100-200 ms";
+    long_sleeps = true;
     policy.backoff =
         coretry::backoff::exponential(100ms, 2.0, 200ms).with_jitter(coretry::jitter::equal());
   }
@@ -469,8 +492,14 @@ TEST_CASE("1,000 concurrent retrying requests complete once each within the conn
   CHECK(server.requests() == 1500 + n);
   CHECK(s.peak_open_connections <= static_cast<std::size_t>(limit));
   CHECK(server.peak_connections() <= static_cast<std::size_t>(limit));
+  CHECK(s.open_connections <= static_cast<std::size_t>(limit));
   CHECK(s.waiting_retries == 0);
   CHECK(s.active_transfers == 0);
+  CHECK(s.queued_requests == 0);
+  CHECK(s.peak_waiting_retries > 0);
+  // Sockets follow the connection limit, not the number of operations asleep in backoff.
+  if (long_sleeps)
+    CHECK(s.peak_waiting_retries > 4 * static_cast<std::size_t>(limit));
   MESSAGE(scenario, ": 1000 requests, 2500 attempts: peak open sockets ", s.peak_open_connections,
           " (limit ", limit, "), peak active transfers ", s.peak_active_transfers, ", peak queued ",
           s.peak_queued_requests, ", peak waiting retries ", s.peak_waiting_retries,

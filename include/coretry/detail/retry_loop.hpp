@@ -93,6 +93,12 @@ struct op_control : cancellation_registration, std::enable_shared_from_this<op_c
   bool in_attempt = false;
   bool timed_out = false; ///< The attempt timer, not the caller, emitted the signal.
   bool cancelled = false; ///< The caller's slot or the group token did.
+
+  /// Cancels whatever the loop awaits. Call on the operation's strand only.
+  void emit_cancel() {
+    cancelled = true;
+    signal.emit(asio::cancellation_type::terminal);
+  }
 };
 
 // The attempt timer's handler: cancels the attempt it was armed for, if still running.
@@ -371,16 +377,17 @@ template <class Strand> struct cancellable_op final : op_control {
     notify = &cancellable_op::on_group_cancel;
   }
 
-  // Emits on the strand: the coroutine and everything it waits on live there.
+  // From the caller's slot: dispatch, as the emitting thread may already be on the strand.
   void cancel_on_strand() {
-    asio::dispatch(strand, [self = shared_from_this()] {
-      self->cancelled = true;
-      self->signal.emit(asio::cancellation_type::terminal);
-    });
+    asio::dispatch(strand, [self = shared_from_this()] { self->emit_cancel(); });
   }
 
+  // From a group token: always post. The source calls this under its lock, possibly on this
+  // very strand (an `on_retry` hook may cancel its own group), and an inline emit could then
+  // complete the operation and re-enter the source through `detach` while it is locked.
   static void on_group_cancel(cancellation_registration& r) noexcept {
-    static_cast<cancellable_op&>(r).cancel_on_strand();
+    auto& self = static_cast<cancellable_op&>(r);
+    asio::post(self.strand, [s = self.shared_from_this()] { s->emit_cancel(); });
   }
 
   Strand strand;
