@@ -8,8 +8,11 @@
 #include <asio/detached.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/deferred.hpp>
+#include <asio/use_future.hpp>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "test_util.hpp"
@@ -637,4 +640,25 @@ TEST_CASE("a client may be destroyed while other threads run its io_context") {
     server_work.reset();
   });
   server_thread.join();
+}
+
+TEST_CASE("async_perform works with use_future and deferred tokens") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::ok("future"));
+  server.push(http_action::ok("deferred"));
+  client c(io.get_executor());
+  auto f = c.async_perform(get(server.url()), asio::use_future);
+  run_until(io, [&] { return f.wait_for(0s) == std::future_status::ready; });
+  CHECK(f.get().body == "future");
+
+  auto op = c.async_perform(get(server.url()), asio::experimental::deferred);
+  run_for(io, 20ms);
+  CHECK(server.requests() == 1); // nothing starts before the deferred operation is launched
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await std::move(op)(asio::use_awaitable);
+  }());
+  CHECK(r.body == "deferred");
+  CHECK(server.requests() == 2);
 }
