@@ -435,9 +435,13 @@ TEST_CASE("a malformed request throws std::invalid_argument at the call and send
       {with([](request& r) { r.method = "GET /x HTTP/1.1\r\nX:"; }),
        "request: method = \"GET /x HTTP/1.1\\r\\nX:\""},
       {with([](request& r) { r.url += std::string(1, '\0') + "evil"; }), "request: url = "},
-      {with([](request& r) { r.headers = {{"Good", "1"}, {"Bad Name", "v"}}; }),
+      {with([](request& r) {
+         r.headers = {{"Good", "1"}, {"Bad Name", "v"}};
+       }),
        "request: headers[1].name = \"Bad Name\""},
-      {with([](request& r) { r.headers = {{"X-A", "v\r\nInjected: 1"}}; }),
+      {with([](request& r) {
+         r.headers = {{"X-A", "v\r\nInjected: 1"}};
+       }),
        "request: headers[0].value = \"v\\r\\nInjected: 1\""},
       {with([](request& r) { r.connect_timeout = -1ms; }), "request: connect_timeout = -1ms"},
       {with([](request& r) { r.timeout = -5ms; }), "request: timeout = -5ms"},
@@ -544,22 +548,19 @@ TEST_CASE("connection limits: per host, idle cache and handle pool are bounded")
                                                .max_concurrent_requests = 2});
     int ok = 0;
     for (int i = 0; i < 8; ++i)
-      c.async_perform(get(server.url()), [&](std::error_code ec, response r) {
-        ok += !ec && r.status == 200;
-      });
+      c.async_perform(get(server.url()),
+                      [&](std::error_code ec, response r) { ok += !ec && r.status == 200; });
     run_until(io, [&] { return ok == 8; });
     CHECK(c.stats().peak_open_connections == 2);
     CHECK(server.peak_connections() == 2);
   }
   SUBCASE("pool_size and max_idle_connections bound what stays after a burst") {
-    client c(io.get_executor(), client_options{.max_total_connections = 8,
-                                               .pool_size = 3,
-                                               .max_idle_connections = 2});
+    client c(io.get_executor(),
+             client_options{.max_total_connections = 8, .pool_size = 3, .max_idle_connections = 2});
     int ok = 0;
     for (int i = 0; i < 8; ++i)
-      c.async_perform(get(server.url()), [&](std::error_code ec, response r) {
-        ok += !ec && r.status == 200;
-      });
+      c.async_perform(get(server.url()),
+                      [&](std::error_code ec, response r) { ok += !ec && r.status == 200; });
     run_until(io, [&] { return ok == 8; });
     run_for(io, 10ms);
     const auto s = c.stats();
@@ -656,9 +657,8 @@ TEST_CASE("async_perform works with use_future and deferred tokens") {
   run_for(io, 20ms);
   CHECK(server.requests() == 1); // nothing starts before the deferred operation is launched
   response r;
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    r = co_await std::move(op)(asio::use_awaitable);
-  }());
+  run_until_done(
+      io, [&]() -> asio::awaitable<void> { r = co_await std::move(op)(asio::use_awaitable); }());
   CHECK(r.body == "deferred");
   CHECK(server.requests() == 2);
 }

@@ -1,8 +1,8 @@
 #pragma once
 // A small HTTP/1.1 server on 127.0.0.1 for the curl adapter's tests. Each request takes the next
 // scripted action (then the default action): a response, a reset, a close without reply, a hang,
-// a slow body or a truncated body. Runs on the executor it is given (the tests' single-threaded io_context);
-// not thread-safe.
+// a slow body or a truncated body. Runs on the executor it is given (the tests' single-threaded
+// io_context); not thread-safe.
 
 #include <asio/any_io_executor.hpp>
 

@@ -1,0 +1,82 @@
+# Asserts the samples' qualitative claims from the CSV files they wrote, so that ctest checks
+# their machine-readable output rather than their own opinion of it.
+#
+#   cmake -DSAMPLE=retry_storm -DCSV=<out>/summary.csv -P check_sample_claims.cmake
+#   cmake -DSAMPLE=jitter_contention -DCSV=<out>/jitter_contention.csv -DCLIENTS=100 -P ...
+#
+# retry_storm: `fixed` never recovers; the recommended policy (`full`) recovers, and its attempts
+#   per success over the outage and the watch after it are at most a fifth of `fixed`'s (a
+#   `fixed` run without a single success in that window counts as infinitely many).
+# jitter_contention: at CLIENTS clients, full jitter needs fewer writes than no backoff and than
+#   exponential backoff without jitter.
+# CMake's math is integer-only: ratios are compared by cross-multiplying, means by integer part.
+
+if(NOT EXISTS "${CSV}")
+  message(FATAL_ERROR "${CSV} was not written")
+endif()
+file(STRINGS "${CSV}" lines)
+list(POP_FRONT lines header)
+string(REPLACE "," ";" header "${header}")
+
+# csv_row(<key column> <key value> <prefix>): sets <prefix>_<column> for the first matching row.
+macro(csv_row key_column key prefix)
+  list(FIND header ${key_column} _key_index)
+  set(_found FALSE)
+  foreach(line IN LISTS lines)
+    string(REPLACE "," ";" cells "${line}")
+    list(GET cells ${_key_index} _value)
+    if(_value STREQUAL "${key}" AND NOT _found)
+      set(_found TRUE)
+      set(_i 0)
+      foreach(column IN LISTS header)
+        list(GET cells ${_i} ${prefix}_${column})
+        math(EXPR _i "${_i} + 1")
+      endforeach()
+    endif()
+  endforeach()
+  if(NOT _found)
+    message(FATAL_ERROR "${CSV}: no row with ${key_column} = ${key}")
+  endif()
+endmacro()
+
+set(failures "")
+if(SAMPLE STREQUAL "retry_storm")
+  csv_row(strategy fixed fixed)
+  csv_row(strategy full full)
+  message(STATUS "fixed: recovery ${fixed_recovery_s}, outage+watch attempts/success "
+                 "${fixed_window_attempts}/${fixed_window_successes}")
+  message(STATUS "full:  recovery ${full_recovery_s}, outage+watch attempts/success "
+                 "${full_window_attempts}/${full_window_successes}")
+  if(NOT fixed_recovery_s STREQUAL "never")
+    list(APPEND failures "fixed recovered (${fixed_recovery_s} s); the storm did not happen")
+  endif()
+  if(full_recovery_s STREQUAL "never")
+    list(APPEND failures "the recommended policy never recovered")
+  endif()
+  # full_a / full_s * 5 <= fixed_a / fixed_s  <=>  full_a * fixed_s * 5 <= fixed_a * full_s
+  math(EXPR lhs "${full_window_attempts} * ${fixed_window_successes} * 5")
+  math(EXPR rhs "${fixed_window_attempts} * ${full_window_successes}")
+  if(full_window_successes EQUAL 0 OR lhs GREATER rhs)
+    list(APPEND failures "the recommended policy's attempts per success are not far below fixed's")
+  endif()
+elseif(SAMPLE STREQUAL "jitter_contention")
+  # Rows are keyed by clients and strategy: keep the rows at CLIENTS, then key by strategy.
+  list(FILTER lines INCLUDE REGEX "^${CLIENTS},")
+  foreach(strategy none exponential full)
+    csv_row(strategy ${strategy} ${strategy})
+    string(REGEX REPLACE "\\..*" "" ${strategy}_calls "${${strategy}_calls}")
+  endforeach()
+  message(STATUS "${CLIENTS} clients: calls none ${none_calls}, exponential ${exponential_calls}, "
+                 "full ${full_calls}")
+  if(NOT full_calls LESS none_calls OR NOT full_calls LESS exponential_calls)
+    list(APPEND failures "full jitter does not need fewer calls than none and exponential")
+  endif()
+else()
+  message(FATAL_ERROR "SAMPLE must be retry_storm or jitter_contention, not '${SAMPLE}'")
+endif()
+
+if(failures)
+  string(REPLACE ";" "\n  " failures "${failures}")
+  message(FATAL_ERROR "claims not shown by ${CSV}:\n  ${failures}")
+endif()
+message(STATUS "${SAMPLE}: claims hold")
