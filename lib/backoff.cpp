@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace coretry {
@@ -96,7 +97,18 @@ backoff backoff::exponential(nanoseconds initial, double multiplier, nanoseconds
            "must be in [1, 1000]");
   if (max < initial)
     reject("backoff::exponential", "max", show(max), "must be at least initial");
-  return {curve::exponential, initial, nanoseconds::zero(), multiplier, max};
+  backoff b{curve::exponential, initial, nanoseconds::zero(), multiplier, max};
+  // initial * multiplier^n >= max from n = log(max / initial) / log(multiplier) on; one more
+  // step covers rounding. A multiplier of 1 never reaches a larger cap.
+  const double steps = multiplier == 1.0
+                           ? (max == initial ? 0.0 : HUGE_VAL)
+                           : std::ceil(std::log(static_cast<double>(max.count()) /
+                                                static_cast<double>(initial.count())) /
+                                       std::log(multiplier)) +
+                                 1.0;
+  constexpr double most = std::numeric_limits<unsigned>::max();
+  b.capped_from_ = steps >= most ? std::numeric_limits<unsigned>::max() : static_cast<unsigned>(steps);
+  return b;
 }
 
 backoff backoff::with_jitter(coretry::jitter j) const {
@@ -129,9 +141,18 @@ nanoseconds backoff::base_delay(unsigned retry) const noexcept {
     return std::min(max_, initial_ + step_ * static_cast<nanoseconds::rep>(retry));
   }
   case curve::exponential: {
-    const double d =
-        static_cast<double>(initial_.count()) * std::pow(multiplier_, static_cast<double>(retry));
-    return std::min(max_, saturate(d));
+    if (retry >= capped_from_)
+      return max_;
+    // multiplier^retry by squaring: exact for powers of two, a few multiplies at most
+    // (retry < capped_from_, which is below 2^32).
+    double power = 1.0;
+    double base = multiplier_;
+    for (unsigned n = retry; n != 0; n >>= 1) {
+      if (n & 1u)
+        power *= base;
+      base *= base;
+    }
+    return std::min(max_, saturate(static_cast<double>(initial_.count()) * power));
   }
   }
   return max_;

@@ -81,6 +81,23 @@ TEST_CASE("exponential backoff multiplies up to the cap and never overflows") {
   CHECK(b3.base_delay(2) == 2250ms);
 }
 
+TEST_CASE("the exponential curve agrees with initial * multiplier^n, capped, for any multiplier") {
+  for (double m : {1.0, 1.0001, 1.05, 1.5, 2.0, 3.7, 10.0, 1000.0}) {
+    for (nanoseconds cap : {nanoseconds(1s), nanoseconds(32s), nanoseconds(24h), nanoseconds::max()}) {
+      const auto b = backoff::exponential(7ms, m, cap);
+      for (unsigned n = 0; n < 400; n = n < 40 ? n + 1 : n * 2) {
+        const double expected = std::min(static_cast<double>(cap.count()),
+                                         7e6 * std::pow(m, static_cast<double>(n)));
+        const double got = static_cast<double>(b.base_delay(n).count());
+        INFO("multiplier ", m, ", cap ", cap.count(), "ns, retry ", n);
+        CHECK(std::abs(got - expected) <= 1.0 + expected * 1e-12); // whole nanoseconds
+      }
+    }
+  }
+  CHECK(backoff::exponential(7ms, 1.0001, 1s).base_delay(4'000'000'000u) == 1s);
+  CHECK(backoff::exponential(7ms, 1.0, 1s).base_delay(4'000'000'000u) == 7ms);
+}
+
 TEST_CASE("no jitter returns the curve itself") {
   const auto b = backoff::exponential(10ms, 3.0, 1s).with_jitter(jitter::none());
   fast_rng rng(3);

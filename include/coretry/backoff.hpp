@@ -49,7 +49,7 @@ struct jitter {
 
 /// A backoff strategy: a growth curve (fixed, linear or capped exponential) plus a jitter.
 ///
-/// A cheap value type (40 bytes, no allocation), validated when built: every factory throws
+/// A cheap value type (64 bytes, no allocation), validated when built: every factory throws
 /// `std::invalid_argument` naming the parameter and its value when it is out of range. Retries
 /// are numbered from 0: `delay(0, ...)` is the wait before the second attempt.
 ///
@@ -112,6 +112,9 @@ private:
       : curve_(c), initial_(initial), step_(step), multiplier_(multiplier), max_(max) {}
 
   curve curve_;
+  /// `exponential` only: the first retry whose curve value is surely capped, so that most
+  /// draws need no power at all and the rest need a few multiplies instead of `std::pow`.
+  unsigned capped_from_ = 0;
   nanoseconds initial_;
   nanoseconds step_;
   double multiplier_;
