@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Umbrella header: the whole core API of coretry. The libcurl adapter has its own,
-/// <coretry/curl.hpp>, and its own target, coretry::curl.
+/// <coretry/curl/curl.hpp>, and its own target, coretry::curl.
 
 #include <coretry/attempt.hpp>
 #include <coretry/backoff.hpp>
