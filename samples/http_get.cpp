@@ -166,12 +166,13 @@ int main(int argc, char** argv) {
   for (const auto& o : outcomes) {
     const bool ok = o.done && !o.error && o.status >= 200 && o.status < 400;
     failed += ok ? 0 : 1;
+    const char* plural = o.stats.attempts == 1 ? "" : "s";
     if (o.error)
-      std::printf("  FAIL %s: %s after %u attempts, %.1f ms\n", o.url.c_str(),
-                  o.error.message().c_str(), o.stats.attempts, ms(o.stats.elapsed));
+      std::printf("  FAIL %s: %s after %u attempt%s, %.1f ms\n", o.url.c_str(),
+                  o.error.message().c_str(), o.stats.attempts, plural, ms(o.stats.elapsed));
     else
-      std::printf("  %s %s: HTTP %ld, %zu bytes after %u attempts (slept %.1f ms), %.1f ms\n",
-                  ok ? "ok  " : "FAIL", o.url.c_str(), o.status, o.bytes, o.stats.attempts,
+      std::printf("  %s %s: HTTP %ld, %zu bytes after %u attempt%s (slept %.1f ms), %.1f ms\n",
+                  ok ? "ok  " : "FAIL", o.url.c_str(), o.status, o.bytes, o.stats.attempts, plural,
                   ms(o.stats.slept), ms(o.stats.elapsed));
   }
   const auto s = client.stats();

@@ -6,6 +6,7 @@
 // uncontended except against shutdown(), which the client's destructor may run on any thread
 // while other threads run the strand.
 
+#include <coretry/curl/classify.hpp>
 #include <coretry/curl/client.hpp>
 
 #include <asio/dispatch.hpp>
@@ -21,6 +22,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace coretry::curl {
@@ -60,6 +62,22 @@ std::size_t write_header(char* data, std::size_t size, std::size_t count, void* 
                                  std::string(trim(line.substr(colon + 1))));
   }
   return size * count;
+}
+
+// "scheme://" at the start (RFC 3986 scheme syntax). libcurl would guess a scheme for anything
+// else ("example.com/x" becomes http, "ftp.example.com" ftp) and resolve it; a request's URL must
+// be absolute, so a scheme-less one fails as malformed, at once and without a DNS lookup.
+bool has_scheme(std::string_view url) noexcept {
+  const auto end = url.find("://");
+  if (end == std::string_view::npos || end == 0)
+    return false;
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (!alpha(url[0]))
+    return false;
+  for (char c : url.substr(1, end - 1))
+    if (!alpha(c) && !(c >= '0' && c <= '9') && c != '+' && c != '-' && c != '.')
+      return false;
+  return true;
 }
 
 } // namespace
@@ -138,9 +156,16 @@ void client_impl::shutdown() {
     curl_easy_cleanup(e);
   pool_.clear();
   stats_.pooled.value.store(0, std::memory_order_relaxed);
+  // What remains: our dup()s of libcurl's own descriptors (closed here), and sockets libcurl
+  // closed without the close callback (released, never closed: the number may be reused).
   for (auto& [fd, s] : sockets_) {
     std::error_code ec;
-    s->desc.close(ec); // only our dup()s of libcurl's own descriptors remain here
+    if (s->foreign) {
+      s->desc.close(ec);
+    } else {
+      s->desc.release();
+      stats_.open.add(-1);
+    }
     (void)fd;
   }
   sockets_.clear();
@@ -198,6 +223,8 @@ void client_impl::start(std::shared_ptr<transfer> t) {
 CURLcode client_impl::configure(transfer& t) {
   CURL* e = t.easy;
   const request& r = t.req;
+  if (!has_scheme(r.url))
+    return CURLE_URL_MALFORMAT;
   CURLcode rc = CURLE_OK;
   auto set = [&](CURLoption opt, auto value) {
     if (rc == CURLE_OK)
@@ -220,6 +247,12 @@ CURLcode client_impl::configure(transfer& t) {
     set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
   if (r.timeout.count() > 0)
     set(CURLOPT_TIMEOUT_MS, static_cast<long>(r.timeout.count()));
+  // libcurl resends a request by itself, on a fresh connection, when a reused keep-alive
+  // connection dies before any byte of reply, and it does so for a POST too (it rewinds the
+  // body). The server may have acted on the first copy, so a request that must not be sent
+  // twice (see may_retry) never starts on a reused connection: then there is nothing to resend.
+  if (!may_retry(r))
+    set(CURLOPT_FRESH_CONNECT, 1L);
   if (r.follow_redirects) {
     set(CURLOPT_FOLLOWLOCATION, 1L);
     set(CURLOPT_MAXREDIRS, r.max_redirects);
@@ -425,9 +458,30 @@ void client_impl::on_timer_fired(std::uint64_t generation, std::error_code ec) {
 
 // --- libcurl callbacks: record and arm only, never call curl_multi_* -----------------------
 
+// Whether `s`, a socket opened in on_open_socket, is still the open file it was. libcurl 7.88
+// closes some of them without CURLOPT_CLOSESOCKETFUNCTION (a connect that timed out, measured),
+// after which the number may name another file (one of libcurl's own descriptors, another
+// socket, anything the process opened).
+bool client_impl::still_open(const socket_entry& s) noexcept {
+  struct stat st {};
+  return ::fstat(s.fd, &st) == 0 && st.st_dev == s.dev && st.st_ino == s.ino;
+}
+
+// Drops the entry of a socket libcurl closed behind our back: releases the number without
+// closing it (it is closed already, or belongs to someone else now), cancels its waits.
+void client_impl::forget_closed(decltype(sockets_)::iterator it) {
+  it->second->desc.release();
+  sockets_.erase(it);
+  stats_.open.add(-1);
+}
+
 int client_impl::on_socket(CURL*, curl_socket_t fd, int what, void* userp, void*) {
   auto* self = static_cast<client_impl*>(userp);
   auto it = self->sockets_.find(fd);
+  if (it != self->sockets_.end() && !it->second->foreign && !self->still_open(*it->second)) {
+    self->forget_closed(it);
+    it = self->sockets_.end();
+  }
   if (what == CURL_POLL_REMOVE) {
     if (it == self->sockets_.end())
       return 0;
@@ -498,10 +552,16 @@ curl_socket_t client_impl::on_open_socket(void* clientp, curlsocktype, curl_sock
   if (fd < 0)
     return CURL_SOCKET_BAD;
   if (auto old = self->sockets_.find(fd); old != self->sockets_.end()) {
-    // A stale entry for a descriptor libcurl closed without telling us: drop our dup.
-    std::error_code ec;
-    old->second->desc.close(ec);
-    self->sockets_.erase(old);
+    // A stale entry for a descriptor libcurl closed without telling us (the number was free for
+    // socket() to return): close our dup of a foreign one; never close the number of one of
+    // ours, which is the socket just opened.
+    if (old->second->foreign) {
+      std::error_code ec;
+      old->second->desc.close(ec);
+      self->sockets_.erase(old);
+    } else {
+      self->forget_closed(old);
+    }
   }
   auto s = std::make_unique<socket_entry>(self->strand_);
   std::error_code ec;
@@ -512,6 +572,11 @@ curl_socket_t client_impl::on_open_socket(void* clientp, curlsocktype, curl_sock
   }
   s->fd = fd;
   s->id = ++self->next_socket_id_;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) {
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+  }
   self->sockets_.emplace(fd, std::move(s));
   self->stats_.open.add(1);
   return fd;

@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/types.h>
+
 namespace coretry::curl::detail {
 
 struct counter {
@@ -56,6 +58,8 @@ struct socket_entry {
   bool reading = false;               ///< a read wait (or posted read event) is pending
   bool writing = false;
   bool foreign = false;
+  dev_t dev = 0; ///< identity of the open file, to notice libcurl closing it behind our back
+  ino_t ino = 0;
 };
 
 class client_impl : public std::enable_shared_from_this<client_impl> {
@@ -90,6 +94,8 @@ private:
   void arm(socket_entry& s);
   void on_wait(curl_socket_t fd, std::uint64_t id, bool write, std::error_code ec);
   void on_timer_fired(std::uint64_t generation, std::error_code ec);
+  static bool still_open(const socket_entry& s) noexcept;
+  void forget_closed(std::unordered_map<curl_socket_t, std::unique_ptr<socket_entry>>::iterator it);
 
   static int on_socket(CURL* easy, curl_socket_t fd, int what, void* userp, void* socketp);
   static int on_timer(CURLM* multi, long timeout_ms, void* userp);

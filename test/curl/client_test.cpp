@@ -11,6 +11,7 @@
 #include <asio/experimental/deferred.hpp>
 #include <asio/use_future.hpp>
 
+#include <array>
 #include <atomic>
 #include <future>
 #include <thread>
@@ -131,6 +132,12 @@ TEST_CASE("transport failures are curl errors") {
     CHECK(perform_error(io, c, {.url = "http://[::1"}) == errc::url_malformat);
     CHECK(perform_error(io, c, {.url = "ftp://127.0.0.1/"}) == errc::unsupported_protocol);
     CHECK(perform_error(io, c, {.url = ""}) == errc::url_malformat);
+    // No scheme: not guessed (no DNS lookup of "not-a-url"), malformed.
+    CHECK(perform_error(io, c, {.url = "not-a-url"}) == errc::url_malformat);
+    CHECK(perform_error(io, c, {.url = "127.0.0.1:" + std::to_string(server.port()) + "/"}) ==
+          errc::url_malformat);
+    CHECK(perform_error(io, c, {.url = "1http://127.0.0.1/"}) == errc::url_malformat);
+    CHECK(server.requests() == 0);
   }
   SUBCASE("the awaitable form throws std::system_error") {
     server.push(http_action::close());
@@ -575,7 +582,7 @@ TEST_CASE("connection limits: per host, idle cache and handle pool are bounded")
 TEST_CASE("no descriptor outlives the client, resolver socketpairs included") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
-  server.push(http_action::ok());
+  server.push(http_action::ok(), 2);
   server.push(http_action::hang(), 2);
   const std::string host = coretry::test::loopback_host_name();
   MESSAGE("second host name: ", host);
@@ -617,12 +624,14 @@ TEST_CASE("a client may be destroyed while other threads run its io_context") {
     auto work = asio::make_work_guard(io);
     std::thread t1([&] { io.run(); });
     std::thread t2([&] { io.run(); });
-    std::atomic<int> aborted{0}, other{0};
+    std::atomic<int> aborted{0};
+    std::array<std::atomic<int>, 16> calls{};
     {
       client c(io.get_executor(), client_options{.max_total_connections = 8});
-      for (int i = 0; i < 16; ++i)
-        c.async_perform(get(server.url()), [&](std::error_code ec, response) {
-          (ec == asio::error::operation_aborted ? aborted : other)++;
+      for (std::size_t i = 0; i < calls.size(); ++i)
+        c.async_perform(get(server.url()), [&, i](std::error_code ec, response) {
+          ++calls[i];
+          aborted += ec == asio::error::operation_aborted;
         });
       // Destroy while bodies stream in: socket and timer handlers are running on t1 and t2.
       const auto limit = std::chrono::steady_clock::now() + 5s;
@@ -633,7 +642,8 @@ TEST_CASE("a client may be destroyed while other threads run its io_context") {
     work.reset();
     t1.join();
     t2.join();
-    CHECK(aborted + other == 16);
+    for (const auto& n : calls)
+      CHECK(n == 1);
     CHECK(aborted > 0);
   }
   asio::post(server_io, [&] {
@@ -661,4 +671,64 @@ TEST_CASE("async_perform works with use_future and deferred tokens") {
       io, [&]() -> asio::awaitable<void> { r = co_await std::move(op)(asio::use_awaitable); }());
   CHECK(r.body == "deferred");
   CHECK(server.requests() == 2);
+}
+
+TEST_CASE("the client runs no thread of its own and does not poll while it waits") {
+  auto threads = [] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+      ++n;
+    return n;
+  };
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::hang());
+  const auto before = threads();
+  client c(io.get_executor());
+  int done = 0;
+  c.async_perform(get(server.url()), [&](std::error_code, response) { ++done; });
+  run_until(io, [&] { return server.requests() == 1; });
+  // 200 ms of a transfer waiting on a silent server: a handful of handler runs at most, where
+  // a poll loop would run thousands.
+  const std::size_t handlers = io.run_for(200ms);
+  io.restart();
+  CHECK(handlers < 10);
+  CHECK(threads() == before); // a numeric host needs no resolver thread either
+  CHECK(c.stats().active_transfers == 1);
+  CHECK(done == 0);
+}
+
+TEST_CASE("connect_timeout bounds the connection set-up") {
+  // A listener that never accepts, its backlog filled: further SYNs are dropped, so a connect
+  // to it neither succeeds nor is refused (loopback only).
+  asio::io_context io;
+  asio::ip::tcp::acceptor listener(io);
+  const asio::ip::tcp::endpoint any(asio::ip::make_address("127.0.0.1"), 0);
+  listener.open(any.protocol());
+  listener.bind(any);
+  listener.listen(1);
+  const auto ep = listener.local_endpoint();
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> fillers;
+  for (int i = 0; i < 4; ++i) {
+    fillers.push_back(std::make_unique<asio::ip::tcp::socket>(io));
+    fillers.back()->async_connect(ep, [](std::error_code) {});
+  }
+  run_for(io, 20ms);
+  const auto fds_before = coretry::test::open_fds();
+  auto cp = std::make_unique<client>(io.get_executor());
+  client& c = *cp;
+  auto req = get("http://127.0.0.1:" + std::to_string(ep.port()) + "/");
+  req.connect_timeout = 100ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto ec = perform_error(io, c, req);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(ec == errc::operation_timedout);
+  CHECK(took >= 90ms);
+  CHECK(took < 1s);
+  // libcurl 7.88 closes a socket whose connect timed out without CLOSESOCKETFUNCTION: the
+  // client notices (the counter is right) and never closes that number again.
+  CHECK(c.stats().open_connections == 0);
+  cp.reset();
+  run_for(io, 10ms);
+  CHECK(coretry::test::open_fds() == fds_before);
 }

@@ -6,6 +6,7 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
 
 #include <ctime>
 #include <vector>
@@ -256,6 +257,33 @@ TEST_CASE("a POST is not retried unless it carries an Idempotency-Key or opts in
                     std::system_error);
     CHECK(server.requests() == 1);
   }
+  SUBCASE("plain POST on a dead keep-alive connection: not resent by libcurl either") {
+    // A GET leaves a keep-alive connection; the server then drops the POST without a reply.
+    // On a reused connection libcurl would resend the POST by itself on a fresh one.
+    server.push(http_action::ok());
+    server.push(http_action::close());
+    std::error_code ec;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      co_await c.perform(get(server.url()));
+      auto [e, r] = co_await coretry::curl::async_retry(
+          c, post(server.url()), fast_policy(5), asio::experimental::as_tuple(asio::use_awaitable));
+      ec = e;
+    }());
+    CHECK(ec == errc::got_nothing);
+    REQUIRE(server.requests() == 2);
+    CHECK(server.log()[1].method == "POST");
+    CHECK(server.accepted() == 2); // the POST went out on a connection of its own
+  }
+  SUBCASE("keyed POST: keep-alive connections are reused") {
+    auto req = post(server.url());
+    req.headers.emplace_back("Idempotency-Key", "order-2");
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      co_await c.perform(get(server.url()));
+      co_await coretry::curl::retry(c, req, fast_policy(5));
+    }());
+    CHECK(server.requests() == 2);
+    CHECK(server.accepted() == 1);
+  }
   SUBCASE("POST with Idempotency-Key is retried") {
     server.push(http_action::with_status(503));
     server.push(http_action::close());
@@ -307,17 +335,23 @@ TEST_CASE("an unreachable port is retried and reported as couldnt_connect") {
 TEST_CASE("an invalid URL fails at once, without retries") {
   asio::io_context io;
   client c(io.get_executor());
-  coretry::retry_stats stats;
-  std::error_code ec;
-  try {
-    run_until_done(io, [&]() -> asio::awaitable<void> {
-      co_await coretry::curl::retry(c, get("http://[::1"), fast_policy(5), stats);
-    }());
-  } catch (const std::system_error& e) {
-    ec = e.code();
+  for (const char* url : {"http://[::1", "not-a-url"}) {
+    CAPTURE(url);
+    coretry::retry_stats stats;
+    std::error_code ec;
+    try {
+      run_until_done(io, [&]() -> asio::awaitable<void> {
+        co_await coretry::curl::retry(c, get(url), fast_policy(5), stats);
+      }());
+    } catch (const std::system_error& e) {
+      ec = e.code();
+    }
+    CHECK(ec == errc::url_malformat);
+    CHECK(ec.message() == "URL using bad/illegal format or missing URL");
+    CHECK(stats.attempts == 1);
   }
-  CHECK(ec == errc::url_malformat);
-  CHECK(stats.attempts == 1);
+  CHECK(c.stats().pooled_handles == 1);
+  CHECK(c.stats().peak_open_connections == 0);
 }
 
 TEST_CASE("a malformed request or policy throws std::invalid_argument at the call") {
@@ -403,11 +437,14 @@ TEST_CASE("cancellation mid-sleep and mid-transfer releases everything") {
   // While sleeping the operation holds no easy handle; while transferring it holds one.
   CHECK(c->stats().pooled_handles == (c->stats().waiting_retries == 1 ? 1u : 0u));
   CHECK(c->stats().open_connections == 1);
+  const auto cancelled_at = std::chrono::steady_clock::now();
   if (by_token)
     source.cancel();
   else
     signal.emit(asio::cancellation_type::terminal);
   run_until(io, [&] { return completions == 1; });
+  // Promptly: not at the end of the 5 s sleep or of the 2.5 s body.
+  CHECK(std::chrono::steady_clock::now() - cancelled_at < 1s);
   run_for(io, 20ms);
   CHECK(completions == 1);
   CHECK(result == asio::error::operation_aborted);
@@ -441,8 +478,10 @@ TEST_CASE("a group token cancels every sleeping retry") {
     });
   run_until(io, [&] { return c.stats().waiting_retries == 20; });
   CHECK(c.stats().open_connections <= 20);
+  const auto cancelled_at = std::chrono::steady_clock::now();
   source.cancel();
   run_until(io, [&] { return aborted == 20; });
+  CHECK(std::chrono::steady_clock::now() - cancelled_at < 1s); // not after the 5 s sleeps
   CHECK(c.stats().waiting_retries == 0);
 }
 

@@ -4,10 +4,16 @@
 // a slow body or a truncated body. Runs on the executor it is given (the tests' single-threaded
 // io_context); not thread-safe.
 
+// A standard header before the first Asio one: Asio 1.22 chooses between aligned_alloc/free and
+// operator new/delete for its handler memory from a libstdc++ macro (_GLIBCXX_HAVE_ALIGNED_ALLOC)
+// that only exists once some standard header was included. A translation unit that starts with
+// Asio gets the other pair than one that does not, and ASan then reports malloc vs operator
+// delete for memory recycled across the two.
+#include <cstddef>
+// (kept apart from the block below, which clang-format orders Asio first)
 #include <asio/any_io_executor.hpp>
 
 #include <chrono>
-#include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>

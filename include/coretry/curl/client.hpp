@@ -127,9 +127,11 @@ void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> 
 /// are pooled.
 ///
 /// Thread safety: distinct clients are independent; one client may be used from any thread.
-/// Destroy it when no other thread is using it, and before its execution context: destruction
-/// aborts the operations in flight (their handlers get `asio::error::operation_aborted`, posted
-/// to their executors), closes every connection at once and releases libcurl's handles.
+/// It may be destroyed on any thread, also while other threads run its executor (the handler
+/// running on its strand, if any, is waited for), but not concurrently with a call on it, and
+/// before its execution context. Destruction aborts the operations in flight (their handlers
+/// get `asio::error::operation_aborted`, posted to their executors), closes every connection at
+/// once and releases libcurl's handles.
 class client {
 public:
   using executor_type = asio::any_io_executor;

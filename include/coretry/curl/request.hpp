@@ -32,8 +32,9 @@ struct request {
   /// token (letters, digits, ``!#$%&'*+-.^_`|~``). "HEAD" fetches no body and must not carry
   /// one; any other method may carry `body` and is sent with its own name.
   std::string method = "GET";
-  /// An absolute http:// or https:// URL. Other schemes fail with `errc::unsupported_protocol`,
-  /// unparsable ones with `errc::url_malformat`. Must not contain a NUL character.
+  /// An absolute http:// or https:// URL. Other schemes fail with `errc::unsupported_protocol`;
+  /// unparsable ones, and those without a "scheme://" (libcurl would guess one and look the
+  /// name up), with `errc::url_malformat`. Must not contain a NUL character.
   std::string url;
   /// Extra request header fields (for example `{"Idempotency-Key", "abc"}`). Names must be
   /// non-empty HTTP tokens; values must not contain CR, LF or NUL (no header injection). An
@@ -54,6 +55,13 @@ struct request {
   long max_redirects = 10;
   /// Let `coretry::curl::retry` retry this request even though its method is not idempotent.
   /// A request with an `Idempotency-Key` header is retried without this.
+  ///
+  /// A request that may not be retried (see `may_retry`: e.g. a POST or PATCH with neither an
+  /// `Idempotency-Key` header nor this flag) is also never sent on a reused keep-alive
+  /// connection, by `perform` as by `retry`: libcurl silently resends a request whose reused
+  /// connection dies before any reply, and that resend could repeat an action the server
+  /// already took. It costs such requests a new connection each (left in the cache for others
+  /// afterwards).
   bool retry_non_idempotent = false;
 
   /// The value of the first header field named `name`, or `std::nullopt`.
