@@ -16,6 +16,7 @@
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/this_coro.hpp>
@@ -94,22 +95,38 @@ struct op_control : cancellation_registration, std::enable_shared_from_this<op_c
   bool timed_out = false; ///< The attempt timer, not the caller, emitted the signal.
   bool cancelled = false; ///< The caller's slot or the group token did.
 
+  virtual ~op_control() = default;
+
   /// Cancels whatever the loop awaits. Call on the operation's strand only.
   void emit_cancel() {
     cancelled = true;
     signal.emit(asio::cancellation_type::terminal);
   }
+
+  /// Cancels attempt number `generation` if it still runs. Call on the operation's strand only.
+  void time_out(unsigned generation) {
+    if (in_attempt && attempt == generation && !cancelled) {
+      timed_out = true;
+      signal.emit(asio::cancellation_type::terminal);
+    }
+  }
+
+  /// The executor under the strand. The attempt timer lives there, so that a wait cancelled at
+  /// the end of an attempt (nearly every one) completes without a trip through the strand.
+  virtual asio::any_io_executor timer_executor() const = 0;
+  /// Calls `time_out(generation)` on the strand. Safe from any thread.
+  virtual void time_out_on_strand(unsigned generation) = 0;
 };
 
-// The attempt timer's handler: cancels the attempt it was armed for, if still running.
+// The attempt timer's handler. It runs outside the strand and so touches nothing of `control`
+// but what is safe from any thread: a wait that was cancelled only drops its reference, and a
+// timer that fired hands the check over to the strand.
 struct attempt_timeout_handler {
   std::shared_ptr<op_control> control;
   unsigned attempt;
   void operator()(std::error_code ec) const {
-    if (!ec && control->in_attempt && control->attempt == attempt && !control->cancelled) {
-      control->timed_out = true;
-      control->signal.emit(asio::cancellation_type::terminal);
-    }
+    if (!ec)
+      control->time_out_on_strand(attempt);
   }
 };
 
@@ -192,7 +209,7 @@ retry_loop(Op op, Policy policy, retry_stats* stats_out, op_control* control) {
     } else {
       if (bounded) {
         if (!attempt_timer)
-          attempt_timer.emplace(co_await asio::this_coro::executor);
+          attempt_timer.emplace(control->timer_executor());
         attempt_timer->expires_after(by_deadline ? remaining : p.attempt_timeout);
         attempt_timer->async_wait(
             attempt_timeout_handler{control->shared_from_this(), ++control->attempt});
@@ -371,6 +388,23 @@ struct deliver_error_code {
   }
 };
 
+/// Calls `f` with the io_context executor inside `ex` when there is one, else with `ex`. A
+/// strand of the concrete executor fits in `any_io_executor`'s small buffer, so every copy of the
+/// loop's executor (each post, each handler's work guard) is a copy instead of a heap allocation
+/// through two layers of type erasure; a strand of an `any_io_executor` does not fit.
+template <class Executor, class F> void with_concrete_executor(const Executor& ex, F&& f) {
+  if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
+    using untracked = asio::io_context::executor_type;
+    using tracked = std::decay_t<decltype(asio::prefer(std::declval<const untracked&>(),
+                                                       asio::execution::outstanding_work.tracked))>;
+    if (const auto* t = ex.template target<tracked>())
+      return f(*t);
+    if (const auto* t = ex.template target<untracked>())
+      return f(*t);
+  }
+  f(ex);
+}
+
 // op_control plus the strand the operation runs on and the group token it is linked to.
 template <class Strand> struct cancellable_op final : op_control {
   explicit cancellable_op(Strand s, cancellation_token t) : strand(std::move(s)), token(std::move(t)) {
@@ -388,6 +422,12 @@ template <class Strand> struct cancellable_op final : op_control {
   static void on_group_cancel(cancellation_registration& r) noexcept {
     auto& self = static_cast<cancellable_op&>(r);
     asio::post(self.strand, [s = self.shared_from_this()] { s->emit_cancel(); });
+  }
+
+  asio::any_io_executor timer_executor() const override { return strand.get_inner_executor(); }
+
+  void time_out_on_strand(unsigned generation) override {
+    asio::dispatch(strand, [self = shared_from_this(), generation] { self->time_out(generation); });
   }
 
   Strand strand;
@@ -428,7 +468,18 @@ private:
   Executor executor_;
 };
 
+/// Tells `initiate_retry` to run on the handler's associated executor: for `use_awaitable`, the
+/// awaiting coroutine's, known only once the initiation runs inside it.
+struct handler_executor {};
+
 template <class Timer, class T, class Deliver> struct initiate_retry {
+  template <class Handler, class Op, class Policy>
+  void operator()(Handler&& handler, handler_executor, Op op, Policy policy,
+                  retry_stats* stats) const {
+    const auto ex = asio::get_associated_executor(handler);
+    (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), stats);
+  }
+
   template <class Handler, class Executor, class Op, class Policy>
   void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy,
                   retry_stats* stats) const {
@@ -446,8 +497,20 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
       return;
     }
 
-    using state_type = cancellable_op<asio::strand<Executor>>;
-    auto state = std::make_shared<state_type>(asio::make_strand(ex), token);
+    with_concrete_executor(ex, [&](const auto& inner) {
+      start_on_strand(std::forward<Handler>(handler), ex, inner, std::move(op), std::move(policy),
+                      stats, user_slot);
+    });
+  }
+
+  template <class Handler, class Executor, class Inner, class Op, class Policy, class Slot>
+  static void start_on_strand(Handler&& handler, const Executor& ex, const Inner& inner, Op op,
+                              Policy policy, retry_stats* stats, Slot user_slot) {
+    using handler_type = std::decay_t<Handler>;
+    // From the policy moved in here, not the caller's: that one is moved from by now.
+    const cancellation_token& token = base_policy(policy).cancellation;
+    using state_type = cancellable_op<asio::strand<Inner>>;
+    auto state = std::make_shared<state_type>(asio::make_strand(inner), token);
     if (user_slot.is_connected()) {
       // Any cancellation type stops the loop: a coroutine only heeds terminal ones.
       user_slot.assign([state](asio::cancellation_type) { state->cancel_on_strand(); });
@@ -463,21 +526,16 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
   }
 };
 
-// retry_async's body when a group token may cancel it or its attempts are timed: the same
-// initiation as async_retry's, awaited.
+// Takes its arguments by reference: `retry_async` owns them until the loop's frame (or the
+// initiation) moves them in, so each is moved once, not twice.
 template <class Timer, class T, class Op, class Policy>
-asio::awaitable<T> retry_via_initiation(Op op, Policy policy, retry_stats* stats) {
-  auto ex = co_await asio::this_coro::executor;
-  co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
-      initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, ex, std::move(op),
-      std::move(policy), stats);
-}
-
-template <class Timer, class T, class Op, class Policy>
-asio::awaitable<T> retry_entry(Op op, Policy policy, retry_stats* stats) {
+asio::awaitable<T> retry_entry(Op&& op, Policy&& policy, retry_stats* stats) {
   const retry_policy& p = base_policy(policy);
   if (p.cancellation.can_be_cancelled() || p.deadline != unlimited || p.attempt_timeout != unlimited)
-    return retry_via_initiation<Timer, T>(std::move(op), std::move(policy), stats);
+    // The initiation itself, awaited: no wrapper coroutine (and no extra frame) in between.
+    return asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
+        initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
+        std::move(op), std::move(policy), stats);
   return retry_loop<Timer, T, true>(std::move(op), std::move(policy), stats, nullptr);
 }
 
