@@ -13,9 +13,9 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
-#include <benchmark/benchmark.h>
-
 #include <random>
+
+#include <benchmark/benchmark.h>
 
 using namespace std::chrono_literals;
 
@@ -44,7 +44,9 @@ const coretry::retry_policy timeout_policy{.attempt_timeout = 10s};
 
 // --- success at once ---------------------------------------------------------------------------
 
-void direct_await(benchmark::State& state) { run_loop(state, one_round_trip); }
+void direct_await(benchmark::State& state) {
+  run_loop(state, one_round_trip);
+}
 
 // What a careful programmer writes by hand: try, catch, back off on a lazily made timer.
 asio::awaitable<int> hand_written_retry() {
@@ -62,7 +64,9 @@ asio::awaitable<int> hand_written_retry() {
     co_await timer->async_wait(asio::use_awaitable);
   }
 }
-void hand_written_loop(benchmark::State& state) { run_loop(state, hand_written_retry); }
+void hand_written_loop(benchmark::State& state) {
+  run_loop(state, hand_written_retry);
+}
 
 void coretry_retry_async(benchmark::State& state) {
   run_loop(state, [] { return coretry::retry_async(one_round_trip, plain_policy); });
@@ -94,7 +98,8 @@ void mt19937_uniform(benchmark::State& state) {
 }
 
 void coretry_full_jitter(benchmark::State& state) {
-  const auto b = coretry::backoff::exponential(100ms, 2.0, 32s).with_jitter(coretry::jitter::full());
+  const auto b =
+      coretry::backoff::exponential(100ms, 2.0, 32s).with_jitter(coretry::jitter::full());
   coretry::fast_rng rng(42);
   unsigned n = 0;
   for (auto _ : state)

@@ -17,7 +17,9 @@ using namespace std::chrono_literals;
                               " (" + rule + ")");
 }
 
-std::string show(nanoseconds d) { return std::to_string(d.count()) + "ns"; }
+std::string show(nanoseconds d) {
+  return std::to_string(d.count()) + "ns";
+}
 
 std::string show_short(nanoseconds d) {
   const auto ns = d.count();
@@ -107,7 +109,8 @@ backoff backoff::exponential(nanoseconds initial, double multiplier, nanoseconds
                                        std::log(multiplier)) +
                                  1.0;
   constexpr double most = std::numeric_limits<unsigned>::max();
-  b.capped_from_ = steps >= most ? std::numeric_limits<unsigned>::max() : static_cast<unsigned>(steps);
+  b.capped_from_ =
+      steps >= most ? std::numeric_limits<unsigned>::max() : static_cast<unsigned>(steps);
   return b;
 }
 

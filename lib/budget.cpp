@@ -34,9 +34,9 @@ void token_bucket_budget::on_success() noexcept {
 
 void token_bucket_budget::on_failure() noexcept {
   std::int64_t current = tokens_.load(std::memory_order_relaxed);
-  while (current > 0 && !tokens_.compare_exchange_weak(
-                            current, std::max<std::int64_t>(0, current - scale),
-                            std::memory_order_relaxed)) {
+  while (current > 0 &&
+         !tokens_.compare_exchange_weak(current, std::max<std::int64_t>(0, current - scale),
+                                        std::memory_order_relaxed)) {
   }
 }
 
@@ -54,7 +54,9 @@ ratio_budget::ratio_budget(double ratio, std::uint64_t min_requests)
     reject("coretry::ratio_budget", "ratio", ratio, "must be in [0, 100]");
 }
 
-void ratio_budget::on_request() noexcept { requests_.fetch_add(1, std::memory_order_relaxed); }
+void ratio_budget::on_request() noexcept {
+  requests_.fetch_add(1, std::memory_order_relaxed);
+}
 
 bool ratio_budget::try_retry() noexcept {
   const std::uint64_t requests = requests_.load(std::memory_order_relaxed);

@@ -64,13 +64,21 @@ private:
 cancellation_source::cancellation_source()
     : state_(std::make_shared<detail::cancellation_state>()) {}
 
-cancellation_token cancellation_source::token() const noexcept { return cancellation_token(state_); }
+cancellation_token cancellation_source::token() const noexcept {
+  return cancellation_token(state_);
+}
 
-bool cancellation_source::cancel() noexcept { return state_->cancel(); }
+bool cancellation_source::cancel() noexcept {
+  return state_->cancel();
+}
 
-bool cancellation_source::cancelled() const noexcept { return state_->cancelled(); }
+bool cancellation_source::cancelled() const noexcept {
+  return state_->cancelled();
+}
 
-bool cancellation_token::cancelled() const noexcept { return state_ && state_->cancelled(); }
+bool cancellation_token::cancelled() const noexcept {
+  return state_ && state_->cancelled();
+}
 
 bool cancellation_token::attach(detail::cancellation_registration& r) const noexcept {
   return state_ && state_->attach(r);

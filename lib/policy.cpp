@@ -19,8 +19,7 @@ void retry_policy::validate() const {
                                 std::to_string(deadline.count()) + "ns (must be positive)");
   if (attempt_timeout <= nanoseconds::zero())
     throw std::invalid_argument("coretry::retry_policy: attempt_timeout = " +
-                                std::to_string(attempt_timeout.count()) +
-                                "ns (must be positive)");
+                                std::to_string(attempt_timeout.count()) + "ns (must be positive)");
 }
 
 } // namespace coretry

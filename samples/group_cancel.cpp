@@ -33,7 +33,8 @@ int main() {
     coretry::retry_policy policy{
         .max_attempts = 1000,
         .attempt_timeout = 30s,
-        .backoff = coretry::backoff::exponential(20ms, 2.0, 5s).with_jitter(coretry::jitter::full()),
+        .backoff =
+            coretry::backoff::exponential(20ms, 2.0, 5s).with_jitter(coretry::jitter::full()),
         .cancellation = shutdown.token(),
     };
     // Odd operations hang in their attempt (a dependency that accepted and never answers);
@@ -62,7 +63,8 @@ int main() {
   shutdown.cancel();
   while (completed.load() < n && std::chrono::steady_clock::now() - t0 < 10s)
     std::this_thread::sleep_for(100us);
-  const auto took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
+  const auto took =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
   work.reset();
   for (auto& t : threads)
     t.join();

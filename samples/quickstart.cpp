@@ -22,7 +22,8 @@ asio::awaitable<void> run() {
   coretry::retry_policy policy{
       .max_attempts = 5,
       .deadline = 2s,
-      .backoff = coretry::backoff::exponential(10ms, 2.0, 200ms).with_jitter(coretry::jitter::full()),
+      .backoff =
+          coretry::backoff::exponential(10ms, 2.0, 200ms).with_jitter(coretry::jitter::full()),
       .on_retry =
           [](const coretry::retry_event& e) {
             std::printf("attempt %u failed (%s); retrying in %.1f ms\n", e.attempt,

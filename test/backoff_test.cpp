@@ -72,8 +72,8 @@ TEST_CASE("linear backoff grows by its step up to the cap") {
 
 TEST_CASE("exponential backoff multiplies up to the cap and never overflows") {
   const auto b = backoff::exponential(100ms, 2.0, 10s);
-  CHECK(curve(b, 9) == std::vector<nanoseconds>{100ms, 200ms, 400ms, 800ms, 1600ms, 3200ms,
-                                                6400ms, 10s, 10s});
+  CHECK(curve(b, 9) ==
+        std::vector<nanoseconds>{100ms, 200ms, 400ms, 800ms, 1600ms, 3200ms, 6400ms, 10s, 10s});
   CHECK(b.base_delay(100'000) == 10s);
   const auto huge = backoff::exponential(1s, 1000.0, nanoseconds::max());
   CHECK(huge.base_delay(50) == nanoseconds::max());
@@ -83,11 +83,12 @@ TEST_CASE("exponential backoff multiplies up to the cap and never overflows") {
 
 TEST_CASE("the exponential curve agrees with initial * multiplier^n, capped, for any multiplier") {
   for (double m : {1.0, 1.0001, 1.05, 1.5, 2.0, 3.7, 10.0, 1000.0}) {
-    for (nanoseconds cap : {nanoseconds(1s), nanoseconds(32s), nanoseconds(24h), nanoseconds::max()}) {
+    for (nanoseconds cap :
+         {nanoseconds(1s), nanoseconds(32s), nanoseconds(24h), nanoseconds::max()}) {
       const auto b = backoff::exponential(7ms, m, cap);
       for (unsigned n = 0; n < 400; n = n < 40 ? n + 1 : n * 2) {
-        const double expected = std::min(static_cast<double>(cap.count()),
-                                         7e6 * std::pow(m, static_cast<double>(n)));
+        const double expected =
+            std::min(static_cast<double>(cap.count()), 7e6 * std::pow(m, static_cast<double>(n)));
         const double got = static_cast<double>(b.base_delay(n).count());
         INFO("multiplier ", m, ", cap ", cap.count(), "ns, retry ", n);
         CHECK(std::abs(got - expected) <= 1.0 + expected * 1e-12); // whole nanoseconds
@@ -191,17 +192,18 @@ TEST_CASE("invalid parameters are rejected with the field and its value") {
   CHECK(message_of([] { (void)jitter::normal(-0.1); }).find("relative_stddev = -0.1") !=
         std::string::npos);
   CHECK(message_of([] { (void)jitter::additive(-1s); }).find("max_extra") != std::string::npos);
-  CHECK(message_of([] { (void)backoff::fixed(0ms).with_jitter(jitter::decorrelated()); })
-            .find("initial = 0ns") != std::string::npos);
+  CHECK(message_of([] {
+          (void)backoff::fixed(0ms).with_jitter(jitter::decorrelated());
+        }).find("initial = 0ns") != std::string::npos);
   CHECK_THROWS_AS((void)backoff::exponential(1ms, std::nan("")), std::invalid_argument);
   CHECK_THROWS_AS((void)backoff::fixed(1ms).with_jitter(jitter{coretry::jitter_kind::normal, -2.0}),
                   std::invalid_argument);
 }
 
 TEST_CASE("jitter kinds have names that parse back") {
-  for (auto k : {coretry::jitter_kind::none, coretry::jitter_kind::full, coretry::jitter_kind::equal,
-                 coretry::jitter_kind::decorrelated, coretry::jitter_kind::normal,
-                 coretry::jitter_kind::additive})
+  for (auto k : {coretry::jitter_kind::none, coretry::jitter_kind::full,
+                 coretry::jitter_kind::equal, coretry::jitter_kind::decorrelated,
+                 coretry::jitter_kind::normal, coretry::jitter_kind::additive})
     CHECK(coretry::parse_jitter_kind(coretry::to_string(k)) == k);
   CHECK_FALSE(coretry::parse_jitter_kind("fulll").has_value());
   CHECK(backoff::exponential(100ms, 2.0, 32s).with_jitter(jitter::full()).to_string() ==

@@ -57,8 +57,9 @@ TEST_CASE("a bound cancellation slot stops the operation during an attempt") {
     asio::cancellation_signal signal;
     completion_log log;
     coretry::retry_stats stats;
-    coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, slow_retries(),
-                                       stats, asio::bind_cancellation_slot(signal.slot(), log.handler()));
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [&] { return op(); }, slow_retries(), stats,
+        asio::bind_cancellation_slot(signal.slot(), log.handler()));
     run_until_calls(io, op, 1);
     CHECK(log.completions == 0);
     signal.emit(type);
@@ -80,8 +81,9 @@ TEST_CASE("a bound cancellation slot stops the operation during a sleep") {
   scripted_op op{{fail(refused)}};
   asio::cancellation_signal signal;
   completion_log log;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, slow_retries(),
-                                     asio::bind_cancellation_slot(signal.slot(), log.handler()));
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, slow_retries(),
+      asio::bind_cancellation_slot(signal.slot(), log.handler()));
   io.poll();
   CHECK(op.calls == 1);
   CHECK(manual_clock::pending() == 1); // the backoff sleep
@@ -138,20 +140,19 @@ TEST_CASE("a group token cancels every operation, in attempts and in sleeps") {
     ops[i].script = {i % 2 ? hang() : fail(refused)};
   std::vector<completion_log> logs(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i)
-    coretry::async_retry<manual_timer>(io.get_executor(), [&op = ops[i]] { return op(); }, policy,
-                                       logs[i].handler());
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [&op = ops[i]] { return op(); }, policy, logs[i].handler());
   // and one awaiting retry_async in a coroutine
   scripted_op coro_op{{fail(refused)}};
   std::error_code coro_error;
-  asio::co_spawn(
-      io, coretry::retry_async<manual_timer>([&] { return coro_op(); }, policy),
-      [&](std::exception_ptr e, int) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::system_error& se) {
-          coro_error = se.code();
-        }
-      });
+  asio::co_spawn(io, coretry::retry_async<manual_timer>([&] { return coro_op(); }, policy),
+                 [&](std::exception_ptr e, int) {
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const std::system_error& se) {
+                     coro_error = se.code();
+                   }
+                 });
   io.poll();
   CHECK(manual_clock::pending() == 7);
   CHECK(source.cancel());
@@ -178,8 +179,8 @@ TEST_CASE("an operation started with a cancelled token never runs an attempt") {
   scripted_op op{{succeed(1)}};
   completion_log log;
   coretry::retry_stats stats;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, policy, stats,
-                                     log.handler());
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, policy, stats, log.handler());
   io.run();
   CHECK(log.completions == 1);
   CHECK(log.error == asio::error::operation_aborted);
@@ -247,8 +248,8 @@ TEST_CASE("operations that finish unlink themselves from the token") {
   for (int i = 0; i < 3; ++i) {
     scripted_op op{{succeed(i)}};
     completion_log log;
-    coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, policy,
-                                       log.handler());
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [&] { return op(); }, policy, log.handler());
     io.restart();
     io.run();
     CHECK(log.completions == 1);
@@ -267,15 +268,15 @@ TEST_CASE("an on_retry hook may cancel its own group: it and its peers stop at o
   policy.cancellation = source.token();
   scripted_op peer{{hang()}}; // another operation of the group, mid-attempt
   completion_log peer_log;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return peer(); }, policy,
-                                     peer_log.handler());
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return peer(); }, policy, peer_log.handler());
   // The hook runs on the operation's own strand: cancel() must not run the emit inline there.
   policy.on_retry = [&](const coretry::retry_event&) { source.cancel(); };
   scripted_op op{{fail(refused)}};
   completion_log log;
   coretry::retry_stats stats;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, policy, stats,
-                                     log.handler());
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, policy, stats, log.handler());
   io.run();
   CHECK(log.completions == 1);
   CHECK(log.error == asio::error::operation_aborted);

@@ -71,7 +71,8 @@ TEST_CASE("many concurrent retries on a multi-threaded pool each complete exactl
             throw std::system_error(refused);
           co_return *calls;
         },
-        quick(), [&, i](std::error_code ec, int v) {
+        quick(),
+        [&, i](std::error_code ec, int v) {
           per_op[i].fetch_add(1);
           if (!ec && v == 3)
             ok.fetch_add(1);

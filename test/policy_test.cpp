@@ -13,7 +13,8 @@
 
 using namespace std::chrono_literals;
 
-TEST_CASE("the default policy is valid and recommends capped exponential backoff with full jitter") {
+TEST_CASE(
+    "the default policy is valid and recommends capped exponential backoff with full jitter") {
   coretry::retry_policy p;
   CHECK_NOTHROW(p.validate());
   CHECK(p.max_attempts == 3);
@@ -51,7 +52,8 @@ TEST_CASE("coretry errors have their own category and messages") {
   CHECK(ec != make_error_code(std::errc::no_buffer_space));
 }
 
-TEST_CASE("the token bucket refuses retries once half the bucket is spent, and refills on success") {
+TEST_CASE(
+    "the token bucket refuses retries once half the bucket is spent, and refills on success") {
   coretry::token_bucket_budget b(10, 0.5);
   CHECK(b.try_retry());
   for (int i = 0; i < 4; ++i)

@@ -102,7 +102,8 @@ TEST_CASE("final_error::policy_reason reports what the policy decided") {
   scripted_op op{{fail(refused)}};
   auto policy = no_jitter(2);
   policy.report = coretry::final_error::policy_reason;
-  auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy));
+  auto out =
+      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy));
   CHECK(out.error == coretry::errc::attempts_exhausted);
   CHECK(op.calls == 2);
 }
@@ -115,8 +116,8 @@ TEST_CASE("a predicate stops at once on a permanent error") {
   auto policy = no_jitter(5);
   policy.retry_if = [&](const std::error_code& ec) { return ec != denied; };
   coretry::retry_stats stats;
-  auto out =
-      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
+  auto out = run_on_manual_clock(
+      io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
   CHECK(out.error == denied);
   CHECK(op.calls == 2);
   CHECK(stats.reason == denied);
@@ -126,13 +127,13 @@ TEST_CASE("the deadline is respected: no sleep is scheduled that ends past it") 
   manual_clock::reset();
   asio::io_context io;
   scripted_op op{{fail(refused)}};
-  retry_policy policy{.max_attempts = 100, .deadline = 250ms,
-                      .backoff = coretry::backoff::fixed(100ms)};
+  retry_policy policy{
+      .max_attempts = 100, .deadline = 250ms, .backoff = coretry::backoff::fixed(100ms)};
   std::vector<coretry::retry_event> events;
   policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
   coretry::retry_stats stats;
-  auto out =
-      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
+  auto out = run_on_manual_clock(
+      io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
   CHECK(out.error == refused);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
   CHECK(op.started == std::vector<manual_clock::duration>{0ms, 100ms, 200ms});
@@ -144,10 +145,11 @@ TEST_CASE("the deadline cancels an attempt still running when it passes") {
   manual_clock::reset();
   asio::io_context io;
   scripted_op op{{fail(refused), hang()}};
-  retry_policy policy{.max_attempts = 10, .deadline = 1s, .backoff = coretry::backoff::fixed(100ms)};
+  retry_policy policy{
+      .max_attempts = 10, .deadline = 1s, .backoff = coretry::backoff::fixed(100ms)};
   coretry::retry_stats stats;
-  auto out =
-      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
+  auto out = run_on_manual_clock(
+      io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
   CHECK(out.error == coretry::errc::deadline_exceeded);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
   CHECK(op.calls == 2);
@@ -164,7 +166,8 @@ TEST_CASE("a per-attempt timeout cancels a hanging attempt and is retried") {
   policy.attempt_timeout = 50ms;
   std::vector<coretry::retry_event> events;
   policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
-  auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy));
+  auto out =
+      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy));
   CHECK(out.value == 3);
   CHECK(op.calls == 3);
   CHECK(op.aborted == 2);
@@ -185,7 +188,8 @@ TEST_CASE("an attempt that fails before its timeout reports its error at once") 
     CHECK(e.error == refused);
     seen_at.push_back(manual_clock::elapsed());
   };
-  auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy));
+  auto out =
+      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy));
   CHECK(out.value == 1);
   CHECK(seen_at == std::vector<manual_clock::duration>{5ms}); // not 10 s later
   CHECK(manual_clock::elapsed() == 15ms);
@@ -199,8 +203,8 @@ TEST_CASE("the attempt timeout is retryable even when the predicate does not men
   policy.attempt_timeout = 1s;
   policy.retry_if = [](const std::error_code& ec) { return ec == refused; };
   coretry::retry_stats stats;
-  auto out =
-      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
+  auto out = run_on_manual_clock(
+      io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
   CHECK(out.error == refused);
   CHECK(stats.reason == coretry::errc::attempts_exhausted);
 }
@@ -213,8 +217,8 @@ TEST_CASE("a result predicate retries a bad value and returns the last one when 
   auto policy = no_jitter(5, 1ms);
   policy.on_retry = [&](const coretry::retry_event& e) { errors.push_back(e.error); };
   auto out = run_on_manual_clock(
-      io, coretry::retry_async<manual_timer>([&] { return op(); },
-                                             policy.retry_if_result([](int s) { return s >= 500; })));
+      io, coretry::retry_async<manual_timer>(
+              [&] { return op(); }, policy.retry_if_result([](int s) { return s >= 500; })));
   CHECK(out.value == 200);
   CHECK(op.calls == 3);
   CHECK(errors == std::vector<std::error_code>(2, coretry::errc::result_rejected));
@@ -224,8 +228,8 @@ TEST_CASE("a result predicate retries a bad value and returns the last one when 
   coretry::retry_stats stats;
   auto last = run_on_manual_clock(
       io, coretry::retry_async<manual_timer>(
-              [&] { return always(); }, no_jitter(3, 1ms).retry_if_result([](int s) { return s == 503; }),
-              stats));
+              [&] { return always(); },
+              no_jitter(3, 1ms).retry_if_result([](int s) { return s == 503; }), stats));
   CHECK(last.value == 503);
   CHECK_FALSE(last.error);
   CHECK(always.calls == 3);
@@ -267,8 +271,8 @@ TEST_CASE("a server hint past the deadline ends the operation instead of sleepin
     throw std::system_error(refused);
     co_return 0;
   };
-  auto policy = retry_policy{.max_attempts = 5, .deadline = 2s,
-                             .backoff = coretry::backoff::exponential(10ms, 2, 10s)};
+  auto policy = retry_policy{
+      .max_attempts = 5, .deadline = 2s, .backoff = coretry::backoff::exponential(10ms, 2, 10s)};
   coretry::retry_stats stats;
   auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>(op, policy, stats));
   CHECK(out.error == refused);
@@ -285,8 +289,8 @@ TEST_CASE("a shared budget stops retries once exhausted") {
   auto policy = no_jitter(10, 1ms);
   policy.budget = budget;
   coretry::retry_stats stats;
-  auto out =
-      run_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
+  auto out = run_on_manual_clock(
+      io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
   CHECK(out.error == refused);
   CHECK(stats.reason == coretry::errc::budget_exhausted);
   CHECK(op.calls == 2); // 4 tokens: one failure leaves 3 (> 2), the second leaves 2 (not > 2)
@@ -313,10 +317,9 @@ TEST_CASE("void and move-only results are supported") {
     co_return std::make_unique<int>(calls);
   };
   auto out = run_on_manual_clock(
-      io, coretry::retry_async<manual_timer>(unique_op, no_jitter(3, 1ms).retry_if_result(
-                                                            [](const std::unique_ptr<int>& p) {
-                                                              return p == nullptr;
-                                                            })));
+      io, coretry::retry_async<manual_timer>(
+              unique_op, no_jitter(3, 1ms).retry_if_result(
+                             [](const std::unique_ptr<int>& p) { return p == nullptr; })));
   REQUIRE(out.value);
   CHECK(**out.value == 4);
 }
@@ -331,13 +334,14 @@ TEST_CASE("exceptions other than system_error are not retried and propagate unch
     co_return 0;
   };
   std::string what;
-  asio::co_spawn(io, coretry::retry_async<manual_timer>(op, no_jitter(5)), [&](std::exception_ptr e, int) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::logic_error& le) {
-      what = le.what();
-    }
-  });
+  asio::co_spawn(io, coretry::retry_async<manual_timer>(op, no_jitter(5)),
+                 [&](std::exception_ptr e, int) {
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const std::logic_error& le) {
+                     what = le.what();
+                   }
+                 });
   REQUIRE(drive(io, [&] { return !what.empty(); }));
   CHECK(what == "bug");
   CHECK(calls == 1);
@@ -366,23 +370,25 @@ TEST_CASE("async_retry works with callbacks, as_tuple and use_future") {
   std::error_code ec;
   int value = 0;
   int completions = 0;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, no_jitter(3, 1ms),
-                                     [&](std::error_code e, int v) {
-                                       ec = e;
-                                       value = v;
-                                       ++completions;
-                                     });
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, no_jitter(3, 1ms),
+      [&](std::error_code e, int v) {
+        ec = e;
+        value = v;
+        ++completions;
+      });
   REQUIRE(drive(io, [&] { return completions > 0; }));
   CHECK_FALSE(ec);
   CHECK(value == 9);
 
   scripted_op failing{{fail(refused)}};
   completions = 0;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return failing(); }, no_jitter(2, 1ms),
-                                     [&](std::error_code e, int) {
-                                       ec = e;
-                                       ++completions;
-                                     });
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return failing(); }, no_jitter(2, 1ms),
+      [&](std::error_code e, int) {
+        ec = e;
+        ++completions;
+      });
   REQUIRE(drive(io, [&] { return completions > 0; }));
   CHECK(ec == refused);
   CHECK(completions == 1);
@@ -420,7 +426,11 @@ TEST_CASE("async_retry works with callbacks, as_tuple and use_future") {
       retry_policy{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)}, asio::use_future);
   CHECK(fut.get() == 5);
   auto failed = coretry::async_retry(
-      real.get_executor(), []() -> asio::awaitable<void> { throw std::system_error(refused); co_return; },
+      real.get_executor(),
+      []() -> asio::awaitable<void> {
+        throw std::system_error(refused);
+        co_return;
+      },
       retry_policy{.max_attempts = 1}, asio::use_future);
   failed.wait();
   guard.reset();

@@ -21,17 +21,17 @@ inline constexpr nanoseconds unlimited = nanoseconds::max();
 
 /// Passed to `retry_policy::on_retry` after a failed attempt, before the loop sleeps.
 struct retry_event {
-  unsigned attempt = 0;     ///< The attempt that just failed, from 1.
-  std::error_code error{};  ///< Its error (`errc::result_rejected` when the result was rejected).
-  nanoseconds delay{0};     ///< The sleep chosen before the next attempt.
+  unsigned attempt = 0;       ///< The attempt that just failed, from 1.
+  std::error_code error{};    ///< Its error (`errc::result_rejected` when the result was rejected).
+  nanoseconds delay{0};       ///< The sleep chosen before the next attempt.
   nanoseconds server_hint{0}; ///< What the attempt asked for through `attempt_context`, or 0.
 };
 
 /// What one retry operation did; filled in as it goes and final when it completes.
 struct retry_stats {
-  unsigned attempts = 0;    ///< Attempts started.
-  nanoseconds slept{0};     ///< Sum of the delays slept (as chosen, not as measured).
-  nanoseconds elapsed{0};   ///< From the start of the operation to its completion.
+  unsigned attempts = 0;        ///< Attempts started.
+  nanoseconds slept{0};         ///< Sum of the delays slept (as chosen, not as measured).
+  nanoseconds elapsed{0};       ///< From the start of the operation to its completion.
   std::error_code last_error{}; ///< The last attempt's error; empty if it succeeded.
   /// Why the loop stopped: empty on success; an `errc` when the policy gave up;
   /// the attempt's error when it was not retryable; `errc::cancelled` or

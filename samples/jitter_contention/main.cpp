@@ -10,8 +10,6 @@
 // The delays come from coretry::backoff itself, so this also checks that the library's
 // strategies behave as the literature says. One model time unit is one microsecond of
 // coretry's nanosecond delays: fine enough that uniform draws are not rounded away.
-#include "svg_plot.hpp"
-
 #include <coretry/backoff.hpp>
 #include <coretry/random.hpp>
 
@@ -29,6 +27,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "svg_plot.hpp"
 
 namespace {
 
@@ -85,7 +85,9 @@ outcome simulate(unsigned clients, const coretry::backoff& backoff, std::uint64_
   std::priority_queue<event, std::vector<event>, std::greater<>> queue;
   std::uint64_t seq = 0;
   auto schedule = [&](double t, event_kind kind, std::uint32_t c, std::uint64_t version = 0,
-                      bool ok = false) { queue.push(event{t, seq++, kind, c, version, ok}); };
+                      bool ok = false) {
+    queue.push(event{t, seq++, kind, c, version, ok});
+  };
 
   std::vector<client_state> state(clients);
   for (std::uint32_t c = 0; c < clients; ++c) {
@@ -286,8 +288,8 @@ int main(int argc, char** argv) {
       double calls = 0, time = 0;
       for (unsigned run = 0; run < o.runs; ++run) {
         // Independent, reproducible streams per (size, strategy, run).
-        coretry::fast_rng mixer(o.seed ^ (std::uint64_t{clients} << 40) ^ (std::uint64_t{si} << 32) ^
-                                run);
+        coretry::fast_rng mixer(o.seed ^ (std::uint64_t{clients} << 40) ^
+                                (std::uint64_t{si} << 32) ^ run);
         const outcome r = simulate(clients, strategies[si].backoff, mixer());
         calls += static_cast<double>(r.writes);
         time += r.completion_time;

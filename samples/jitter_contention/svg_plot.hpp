@@ -89,8 +89,8 @@ inline bool write_svg(const std::string& path, const std::vector<panel>& panels)
       const double xv = xmin + (xmax - xmin) * i / 4, yv = ymax * i / 4;
       out << "<text x='" << detail::num(sx(xv)) << "' y='" << detail::num(y0 + top + ph + 16)
           << "' text-anchor='middle'>" << detail::num(xv) << "</text>\n";
-      out << "<text x='" << left - 6 << "' y='" << detail::num(sy(yv) + 4)
-          << "' text-anchor='end'>" << detail::num(yv) << "</text>\n";
+      out << "<text x='" << left - 6 << "' y='" << detail::num(sy(yv) + 4) << "' text-anchor='end'>"
+          << detail::num(yv) << "</text>\n";
     }
     out << "<text x='" << left + pw / 2 << "' y='" << y0 + 24 << "' text-anchor='middle' "
         << "font-size='15'>" << detail::escape(pn.title) << "</text>\n";
@@ -124,7 +124,9 @@ inline bool write_svg(const std::string& path, const std::vector<panel>& panels)
 }
 
 /// True when a `gnuplot` executable is on the PATH.
-inline bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+inline bool have_gnuplot() {
+  return std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
 
 /// Runs a gnuplot script; returns true when gnuplot exited cleanly.
 inline bool run_gnuplot(const std::string& script) {

@@ -2,26 +2,15 @@
 // retry_storm_server, let the swarm reach a steady state, freeze the server (SIGSTOP), thaw it
 // (SIGCONT) and watch whether the service recovers. Writes a per-second CSV, a summary and a
 // picture. `retry_storm swarm --url URL` runs the swarm alone against any HTTP server.
-#include "swarm.hpp"
-
-#include "../jitter_contention/svg_plot.hpp"
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/read_until.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/streambuf.hpp>
 #include <asio/use_awaitable.hpp>
-#include <asio/experimental/as_tuple.hpp>
-
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +24,15 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "../jitter_contention/svg_plot.hpp"
+#include "swarm.hpp"
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -262,8 +260,8 @@ options parse(int argc, char** argv, int first) {
       std::fprintf(stderr, "unknown strategy '%s'\n", s.c_str());
       usage(2);
     }
-  if (o.strategies.empty() || o.steady_s < 2 * o.warmup_s || o.watch_s < o.hold_s ||
-      o.hold_s < 1 || !(o.time_scale > 0))
+  if (o.strategies.empty() || o.steady_s < 2 * o.warmup_s || o.watch_s < o.hold_s || o.hold_s < 1 ||
+      !(o.time_scale > 0))
     usage(2);
   if (o.server_path.empty()) {
     char self[4096];
@@ -332,8 +330,8 @@ const char* phase_of(const options& o, int t) {
 }
 
 std::vector<row> run_strategy(const options& o, const std::string& strategy) {
-  std::vector<std::string> server_args{"--base-ms", std::to_string(100 * o.time_scale),
-                                       "--tick-ms", std::to_string(50 * o.time_scale)};
+  std::vector<std::string> server_args{"--base-ms", std::to_string(100 * o.time_scale), "--tick-ms",
+                                       std::to_string(50 * o.time_scale)};
   server_args.insert(server_args.end(), o.server_args.begin(), o.server_args.end());
   server_process server = start_server(o.server_path, server_args);
   asio::io_context io(1);
@@ -481,13 +479,15 @@ void draw(const options& o, const std::vector<std::string>& strategies,
     std::string script =
         "set terminal pngcairo size 1100,850\nset output '" + png +
         "'\nset datafile separator ','\nset grid\nset key outside right\n"
-        "set object 1 rect from " + std::to_string(stop) + ", graph 0 to " +
-        std::to_string(resume) + ", graph 1 fc rgb '#dddddd' fs solid 0.6 behind\n"
+        "set object 1 rect from " +
+        std::to_string(stop) + ", graph 0 to " + std::to_string(resume) +
+        ", graph 1 fc rgb '#dddddd' fs solid 0.6 behind\n"
         "set multiplot layout 2,1\nset xlabel 'seconds (shaded: server stopped)'\n";
     for (int panel = 0; panel < 2; ++panel) {
-      script += panel == 0 ? "set title 'Successful requests per second'\nset ylabel 'OK/s'\n"
-                           : "set title 'Server concurrency (highest each second; frozen while stopped)'\n"
-                             "set ylabel 'concurrency (log)'\nset logscale y\n";
+      script += panel == 0
+                    ? "set title 'Successful requests per second'\nset ylabel 'OK/s'\n"
+                    : "set title 'Server concurrency (highest each second; frozen while stopped)'\n"
+                      "set ylabel 'concurrency (log)'\nset logscale y\n";
       script += "plot ";
       // OK/s from column 3; concurrency from column 12, the highest of each second (a burst
       // at resume lasts less than a second), skipping zeros on the log scale.
@@ -511,10 +511,16 @@ void draw(const options& o, const std::vector<std::string>& strategies,
     }
   }
   std::vector<sample_plot::panel> panels(2);
-  panels[0] = {"Successful requests per second", "seconds (shaded: server stopped)", "OK/s", {},
+  panels[0] = {"Successful requests per second",
+               "seconds (shaded: server stopped)",
+               "OK/s",
+               {},
                {{stop, resume}}};
-  panels[1] = {"Server concurrency", "seconds (shaded: server stopped)", "requests in progress",
-               {}, {{stop, resume}}};
+  panels[1] = {"Server concurrency",
+               "seconds (shaded: server stopped)",
+               "requests in progress",
+               {},
+               {{stop, resume}}};
   for (const auto& s : strategies) {
     sample_plot::series ok{s, {}}, conc{s, {}};
     for (const row& r : rows)
@@ -549,8 +555,8 @@ int run_experiment(const options& o) {
            "attempts,server_delay_ms,server_peak\n";
     for (const row& r : all)
       csv << r.t << ',' << r.strategy << ',' << r.ok << ',' << r.errors << ',' << r.timeouts << ','
-          << r.in_flight << ',' << r.waiting << ',' << r.server_concurrency << ',' << r.phase
-          << ',' << r.attempts << ',' << r.server_delay_ms << ',' << r.server_peak << '\n';
+          << r.in_flight << ',' << r.waiting << ',' << r.server_concurrency << ',' << r.phase << ','
+          << r.attempts << ',' << r.server_delay_ms << ',' << r.server_peak << '\n';
   }
   const std::string summary_path = o.out_dir + "/summary.csv";
   {
@@ -558,14 +564,14 @@ int run_experiment(const options& o) {
     out << "strategy,clients,steady_ok_per_s,peak_concurrency,recovery_s,attempts,successes,"
            "attempts_per_success,window_attempts,window_successes,window_attempts_per_success\n";
     for (const summary& s : summaries) {
-      out << s.strategy << ',' << o.swarm.clients << ',' << s.steady_ok << ','
-          << s.peak_concurrency << ',';
+      out << s.strategy << ',' << o.swarm.clients << ',' << s.steady_ok << ',' << s.peak_concurrency
+          << ',';
       if (s.recovery_s >= 0)
         out << s.recovery_s;
       else
         out << "never";
-      out << ',' << s.attempts << ',' << s.successes << ',' << ratio(s.attempts, s.successes)
-          << ',' << s.window_attempts << ',' << s.window_successes << ','
+      out << ',' << s.attempts << ',' << s.successes << ',' << ratio(s.attempts, s.successes) << ','
+          << s.window_attempts << ',' << s.window_successes << ','
           << ratio(s.window_attempts, s.window_successes) << '\n';
     }
   }
@@ -576,20 +582,19 @@ int run_experiment(const options& o) {
               o.swarm.think_mean_s * o.time_scale, o.swarm.timeout_s * o.time_scale, o.time_scale,
               o.steady_s, o.outage_s, o.watch_s, o.hold_s,
               o.quick ? " (scaled down from 5 s)" : "");
-  std::printf("%-14s %10s %10s %12s %10s %10s %14s %18s\n", "strategy", "steady OK/s",
-              "peak conc", "recovery", "attempts", "successes", "attempts/succ",
-              "outage+recovery a/s");
+  std::printf("%-14s %10s %10s %12s %10s %10s %14s %18s\n", "strategy", "steady OK/s", "peak conc",
+              "recovery", "attempts", "successes", "attempts/succ", "outage+recovery a/s");
   for (const summary& s : summaries) {
     char recovery[32];
     if (s.recovery_s >= 0)
       std::snprintf(recovery, sizeof recovery, "%.0f s", s.recovery_s);
     else
       std::snprintf(recovery, sizeof recovery, "never");
-    std::printf("%-14s %11.1f %10ld %12s %10llu %10llu %14s %18s\n", s.strategy.c_str(),
-                s.steady_ok, s.peak_concurrency, recovery,
-                static_cast<unsigned long long>(s.attempts),
-                static_cast<unsigned long long>(s.successes), ratio(s.attempts, s.successes).c_str(),
-                ratio(s.window_attempts, s.window_successes).c_str());
+    std::printf(
+        "%-14s %11.1f %10ld %12s %10llu %10llu %14s %18s\n", s.strategy.c_str(), s.steady_ok,
+        s.peak_concurrency, recovery, static_cast<unsigned long long>(s.attempts),
+        static_cast<unsigned long long>(s.successes), ratio(s.attempts, s.successes).c_str(),
+        ratio(s.window_attempts, s.window_successes).c_str());
   }
   std::printf("csv: %s\nsummary: %s\n", csv_path.c_str(), summary_path.c_str());
   if (o.plot)
@@ -602,8 +607,8 @@ int run_experiment(const options& o) {
 int run_swarm_only(const options& o) {
   asio::io_context io(1);
   swarm clients(io, o.swarm);
-  std::printf("swarm: %s against %s, %u clients\n", clients.describe().c_str(),
-              o.swarm.url.c_str(), o.swarm.clients);
+  std::printf("swarm: %s against %s, %u clients\n", clients.describe().c_str(), o.swarm.url.c_str(),
+              o.swarm.clients);
   auto drive = [&]() -> asio::awaitable<void> {
     asio::steady_timer timer(io);
     const auto start = clock_type::now();

@@ -20,6 +20,7 @@
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read_until.hpp>
@@ -28,9 +29,6 @@
 #include <asio/streambuf.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
-#include <asio/experimental/as_tuple.hpp>
-
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +40,8 @@
 #include <string>
 #include <string_view>
 
+#include <sys/resource.h>
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -51,11 +51,11 @@ using asio::ip::tcp;
 constexpr auto as_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 
 struct model {
-  double base_s = 0.100;      ///< --base-ms
-  unsigned limit = 30;        ///< --limit
-  double factor = 1.05;       ///< --factor
-  double k = 15;              ///< --k
-  double max_delay_s = 3600;  ///< --max-delay-s: the saturation point of the curve.
+  double base_s = 0.100;     ///< --base-ms
+  unsigned limit = 30;       ///< --limit
+  double factor = 1.05;      ///< --factor
+  double k = 15;             ///< --k
+  double max_delay_s = 3600; ///< --max-delay-s: the saturation point of the curve.
 
   /// The delay at a given concurrency; saturates at `max_delay_s` instead of overflowing.
   double delay(std::size_t concurrency) const {
@@ -90,9 +90,7 @@ public:
 
   std::size_t concurrency() const { return queue_.size(); }
   /// The model's delay at the current concurrency (the last one computed when idle).
-  double current_delay() const {
-    return queue_.empty() ? last_delay_ : o_.m.delay(queue_.size());
-  }
+  double current_delay() const { return queue_.empty() ? last_delay_ : o_.m.delay(queue_.size()); }
 
   /// The highest concurrency since the last call (the per-second samples would miss a burst).
   std::size_t take_peak() {

@@ -8,13 +8,13 @@
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/read_until.hpp>
 #include <asio/streambuf.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
-#include <asio/experimental/as_tuple.hpp>
 
 #ifdef CORETRY_STORM_HAVE_CURL
 #include <coretry/curl/client.hpp>
@@ -23,8 +23,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <istream>
+#include <limits>
 #include <stdexcept>
 #include <system_error>
 

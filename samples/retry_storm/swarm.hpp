@@ -45,13 +45,13 @@ struct swarm_config {
 
 /// Running totals; the driver samples them once a second and takes differences.
 struct swarm_counters {
-  std::uint64_t ok = 0;        ///< Requests that succeeded (one per closed-loop cycle).
-  std::uint64_t errors = 0;    ///< Failed attempts other than timeouts.
-  std::uint64_t timeouts = 0;  ///< Attempts that hit the per-attempt timeout.
-  std::uint64_t attempts = 0;  ///< Attempts started.
-  std::int64_t in_flight = 0;  ///< Attempts in progress now.
-  std::int64_t retrying = 0;   ///< Clients inside a retry operation now (in an attempt or asleep).
-  std::int64_t alive = 0;      ///< Client loops still running.
+  std::uint64_t ok = 0;       ///< Requests that succeeded (one per closed-loop cycle).
+  std::uint64_t errors = 0;   ///< Failed attempts other than timeouts.
+  std::uint64_t timeouts = 0; ///< Attempts that hit the per-attempt timeout.
+  std::uint64_t attempts = 0; ///< Attempts started.
+  std::int64_t in_flight = 0; ///< Attempts in progress now.
+  std::int64_t retrying = 0;  ///< Clients inside a retry operation now (in an attempt or asleep).
+  std::int64_t alive = 0;     ///< Client loops still running.
   std::map<std::string, std::uint64_t> error_kinds; ///< Failed attempts by error message.
 
   /// Clients sleeping in backoff between attempts.

@@ -5,9 +5,9 @@
 // The clock is process-wide (its `now()` is static, as the loop requires of `Timer::clock_type`)
 // and meant for one test thread at a time: call `manual_clock::reset()` at the start of a test.
 
+#include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
-#include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/error.hpp>
 #include <asio/io_context.hpp>

@@ -23,9 +23,15 @@ struct step {
   bool hang = false;
 };
 
-inline step fail(std::error_code ec, std::chrono::nanoseconds after = {}) { return {ec, 0, after}; }
-inline step succeed(int v, std::chrono::nanoseconds after = {}) { return {{}, v, after}; }
-inline step hang() { return {{}, 0, {}, true}; }
+inline step fail(std::error_code ec, std::chrono::nanoseconds after = {}) {
+  return {ec, 0, after};
+}
+inline step succeed(int v, std::chrono::nanoseconds after = {}) {
+  return {{}, v, after};
+}
+inline step hang() {
+  return {{}, 0, {}, true};
+}
 
 inline const std::error_code refused = make_error_code(std::errc::connection_refused);
 
@@ -37,9 +43,8 @@ struct scripted_op {
   std::vector<manual_clock::duration> started{};
 
   asio::awaitable<int> operator()() {
-    const step s = script.at(static_cast<std::size_t>(calls < static_cast<int>(script.size())
-                                                          ? calls
-                                                          : static_cast<int>(script.size()) - 1));
+    const step s = script.at(static_cast<std::size_t>(
+        calls < static_cast<int>(script.size()) ? calls : static_cast<int>(script.size()) - 1));
     ++calls;
     started.push_back(manual_clock::elapsed());
     if (s.hang || s.after > std::chrono::nanoseconds::zero()) {

@@ -58,7 +58,9 @@ template <class Op> using op_result_t = typename awaitable_traits<op_awaitable_t
 template <class P> struct is_result_policy : std::false_type {};
 template <class F> struct is_result_policy<result_policy<F>> : std::true_type {};
 
-inline const retry_policy& base_policy(const retry_policy& p) noexcept { return p; }
+inline const retry_policy& base_policy(const retry_policy& p) noexcept {
+  return p;
+}
 template <class F> const retry_policy& base_policy(const result_policy<F>& p) noexcept {
   return p.policy;
 }
@@ -90,7 +92,7 @@ template <class T, class Policy> bool rejects(const Policy& policy, const stored
 struct op_control : cancellation_registration, std::enable_shared_from_this<op_control> {
   /// Bound to the loop's co_spawn: emitting it cancels whatever the loop awaits.
   asio::cancellation_signal signal;
-  unsigned attempt = 0;   ///< Generation of the timed attempt in flight.
+  unsigned attempt = 0; ///< Generation of the timed attempt in flight.
   bool in_attempt = false;
   bool timed_out = false; ///< The attempt timer, not the caller, emitted the signal.
   bool cancelled = false; ///< The caller's slot or the group token did.
@@ -201,8 +203,8 @@ retry_loop(Op op, Policy policy, retry_stats* stats_out, op_control* control) {
     attempt_outcome<T> out;
 
     const auto now = bounded ? clock::now() : typename clock::time_point{};
-    const nanoseconds remaining = deadline == clock::time_point::max() ? unlimited
-                                                                        : nanoseconds(deadline - now);
+    const nanoseconds remaining =
+        deadline == clock::time_point::max() ? unlimited : nanoseconds(deadline - now);
     const bool by_deadline = remaining <= p.attempt_timeout;
     if (bounded && remaining <= nanoseconds::zero()) {
       out.error = errc::deadline_exceeded;
@@ -253,8 +255,8 @@ retry_loop(Op op, Policy policy, retry_stats* stats_out, op_control* control) {
     // A failed attempt. Cancellation wins over whatever the attempt reported.
     stats.last_error = out.error;
     asio::cancellation_state cancel_state = co_await asio::this_coro::cancellation_state;
-    if (cancel_state.cancelled() != asio::cancellation_type::none ||
-        p.cancellation.cancelled() || (control && control->cancelled)) {
+    if (cancel_state.cancelled() != asio::cancellation_type::none || p.cancellation.cancelled() ||
+        (control && control->cancelled)) {
       stats.reason = p.cancellation.cancelled() ? std::error_code(errc::cancelled)
                                                 : std::error_code(asio::error::operation_aborted);
       result.error = asio::error::operation_aborted;
@@ -407,7 +409,8 @@ template <class Executor, class F> void with_concrete_executor(const Executor& e
 
 // op_control plus the strand the operation runs on and the group token it is linked to.
 template <class Strand> struct cancellable_op final : op_control {
-  explicit cancellable_op(Strand s, cancellation_token t) : strand(std::move(s)), token(std::move(t)) {
+  explicit cancellable_op(Strand s, cancellation_token t)
+      : strand(std::move(s)), token(std::move(t)) {
     notify = &cancellable_op::on_group_cancel;
   }
 
@@ -492,7 +495,8 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
     if (!user_slot.is_connected() && !token.can_be_cancelled() && !timed) {
       using completion = retry_completion<T, handler_type, cancellable_op<asio::strand<Executor>>,
                                           Executor, Deliver>;
-      asio::co_spawn(ex, retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, nullptr),
+      asio::co_spawn(ex,
+                     retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, nullptr),
                      completion(std::forward<Handler>(handler), nullptr, ex));
       return;
     }
@@ -531,7 +535,8 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
 template <class Timer, class T, class Op, class Policy>
 asio::awaitable<T> retry_entry(Op&& op, Policy&& policy, retry_stats* stats) {
   const retry_policy& p = base_policy(policy);
-  if (p.cancellation.can_be_cancelled() || p.deadline != unlimited || p.attempt_timeout != unlimited)
+  if (p.cancellation.can_be_cancelled() || p.deadline != unlimited ||
+      p.attempt_timeout != unlimited)
     // The initiation itself, awaited: no wrapper coroutine (and no extra frame) in between.
     return asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
         initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
