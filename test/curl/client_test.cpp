@@ -693,7 +693,7 @@ TEST_CASE("the client runs no thread of its own and does not poll while it waits
   const std::size_t handlers = io.run_for(200ms);
   io.restart();
   CHECK(handlers < 10);
-  CHECK(threads() == before); // a numeric host needs no resolver thread either
+  CHECK(threads() <= before); // none added (an earlier test's resolver thread may still exit)
   CHECK(c.stats().active_transfers == 1);
   CHECK(done == 0);
 }
