@@ -84,6 +84,15 @@ make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state
   return std::move(p).retry_if_result(retryable_response{});
 }
 
+// What every front end below starts from: the request checked at the call (so a bad one throws
+// there, whatever the token), the attempt function, and the HTTP-aware policy sharing its state.
+inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
+  req.validate();
+  auto st = std::make_shared<http_retry_state>(c, std::move(req));
+  auto p = make_http_policy(std::move(policy), st); // before the attempt takes `st` over
+  return std::pair{make_http_attempt(std::move(st)), std::move(p)};
+}
+
 } // namespace detail
 
 /// Performs `req` on `c`, retrying under `policy` with the HTTP classification of
@@ -110,20 +119,16 @@ make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state
 ///
 /// `c` must outlive the operation. Thread safety: as `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
-  req.validate();
-  auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
-  auto p = detail::make_http_policy(std::move(policy), st);
-  return coretry::retry_async(detail::make_http_attempt(std::move(st)), std::move(p));
+  auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
+  return coretry::retry_async(std::move(attempt), std::move(p));
 }
 
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy,
                                        coretry::retry_stats& stats) {
-  req.validate();
-  auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
-  auto p = detail::make_http_policy(std::move(policy), st);
-  return coretry::retry_async(detail::make_http_attempt(std::move(st)), std::move(p), stats);
+  auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
+  return coretry::retry_async(std::move(attempt), std::move(p), stats);
 }
 
 /// `retry` for any completion token, on the client's executor.
@@ -135,11 +140,9 @@ inline asio::awaitable<response> retry(client& c, request req, coretry::retry_po
 /// token; completes once with `operation_aborted`. Thread safety: any thread.
 template <class CompletionToken>
 auto async_retry(client& c, request req, coretry::retry_policy policy, CompletionToken&& token) {
-  req.validate();
-  auto st = std::make_shared<detail::http_retry_state>(c, std::move(req));
-  auto p = detail::make_http_policy(std::move(policy), st);
-  return coretry::async_retry(c.get_executor(), detail::make_http_attempt(std::move(st)),
-                              std::move(p), std::forward<CompletionToken>(token));
+  auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
+  return coretry::async_retry(c.get_executor(), std::move(attempt), std::move(p),
+                              std::forward<CompletionToken>(token));
 }
 
 } // namespace coretry::curl
