@@ -1,7 +1,7 @@
 #include <coretry/retry.hpp>
 
 #include <doctest/doctest.h>
-#include <support/manual_clock.hpp>
+#include <coretry/testing/manual_clock.hpp>
 #include <support/test_ops.hpp>
 
 #include <asio/co_spawn.hpp>
@@ -17,6 +17,7 @@
 
 using namespace std::chrono_literals;
 using namespace coretry::test;
+using namespace coretry::testing;
 using coretry::retry_policy;
 
 namespace {

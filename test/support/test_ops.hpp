@@ -1,7 +1,7 @@
 #pragma once
 // Scripted operations for retry-loop tests: each call follows the next step of a script.
 
-#include <support/manual_clock.hpp>
+#include <coretry/testing/manual_clock.hpp>
 
 #include <asio/awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -13,6 +13,7 @@
 #include <vector>
 
 namespace coretry::test {
+using namespace coretry::testing;
 
 /// One scripted attempt: wait `after` on the manual clock, then fail with `error`, or succeed
 /// with `value` when `error` is empty. `hang` waits (cancellably) for an hour instead.

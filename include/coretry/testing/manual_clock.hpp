@@ -1,9 +1,18 @@
 #pragma once
-// A clock that moves only when a test says so, and a timer on it that fits coretry's Timer
-// requirements, so retry loops run through minutes of backoff in microseconds of real time.
-//
-// The clock is process-wide (its `now()` is static, as the loop requires of `Timer::clock_type`)
-// and meant for one test thread at a time: call `manual_clock::reset()` at the start of a test.
+/// \file
+/// A clock that moves only when a test says so, and a timer on it that meets the requirements of
+/// `retry_async<Timer>`, so a test runs through minutes of backoff in microseconds of real time.
+///
+/// ```
+/// coretry::testing::manual_clock::reset();
+/// asio::io_context io;
+/// co_spawn(io, coretry::retry_async<coretry::testing::manual_timer>(op, policy), detached);
+/// coretry::testing::drive(io, [&] { return done; });   // jumps from one wait to the next
+/// CHECK(coretry::testing::manual_clock::elapsed() == 300ms);
+/// ```
+///
+/// The clock is process-wide (its `now()` is static, as a `Timer::clock_type` must be) and meant
+/// for one test thread at a time: call `manual_clock::reset()` at the start of each test.
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
@@ -19,7 +28,7 @@
 #include <memory>
 #include <system_error>
 
-namespace coretry::test {
+namespace coretry::testing {
 
 class manual_clock {
 public:
@@ -210,4 +219,4 @@ template <class Done> bool drive(asio::io_context& ctx, Done done) {
   }
 }
 
-} // namespace coretry::test
+} // namespace coretry::testing
