@@ -20,6 +20,10 @@ public:
       return "attempt result rejected by the retry predicate";
     case errc::cancelled:
       return "retry cancelled";
+    case errc::circuit_open:
+      return "circuit breaker open: attempt not sent";
+    case errc::unexpected_exception:
+      return "an operation or a policy hook threw an unexpected exception";
     }
     return "unknown coretry error " + std::to_string(value);
   }

@@ -27,6 +27,11 @@ enum class errc {
   /// The group cancellation token was triggered. Operations complete with
   /// `asio::error::operation_aborted`; this value only appears in `retry_stats::reason`.
   cancelled,
+  /// The circuit breaker (`retry_policy::breaker`) is open: the attempt was not sent.
+  circuit_open,
+  /// An operation threw something other than `std::system_error`, or a hook or predicate of the
+  /// policy threw. The loop stops at once; see `retry_stats::exception` for what was thrown.
+  unexpected_exception,
 };
 
 /// The category of `coretry::errc`; its name is "coretry".
