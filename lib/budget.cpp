@@ -25,14 +25,14 @@ token_bucket_budget::token_bucket_budget(double max_tokens, double token_ratio) 
   tokens_.store(max_, std::memory_order_relaxed);
 }
 
-void token_bucket_budget::on_success() noexcept {
+void token_bucket_budget::on_success(std::chrono::nanoseconds) noexcept {
   std::int64_t current = tokens_.load(std::memory_order_relaxed);
   while (current < max_ && !tokens_.compare_exchange_weak(current, std::min(max_, current + ratio_),
                                                           std::memory_order_relaxed)) {
   }
 }
 
-void token_bucket_budget::on_failure() noexcept {
+void token_bucket_budget::on_failure(std::chrono::nanoseconds) noexcept {
   std::int64_t current = tokens_.load(std::memory_order_relaxed);
   while (current > 0 &&
          !tokens_.compare_exchange_weak(current, std::max<std::int64_t>(0, current - scale),
@@ -40,7 +40,7 @@ void token_bucket_budget::on_failure() noexcept {
   }
 }
 
-bool token_bucket_budget::try_retry() noexcept {
+bool token_bucket_budget::try_retry(std::chrono::nanoseconds) noexcept {
   return tokens_.load(std::memory_order_relaxed) * 2 > max_;
 }
 
@@ -54,11 +54,11 @@ ratio_budget::ratio_budget(double ratio, std::uint64_t min_requests)
     reject("coretry::ratio_budget", "ratio", ratio, "must be in [0, 100]");
 }
 
-void ratio_budget::on_request() noexcept {
+void ratio_budget::on_request(std::chrono::nanoseconds) noexcept {
   requests_.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool ratio_budget::try_retry() noexcept {
+bool ratio_budget::try_retry(std::chrono::nanoseconds) noexcept {
   const std::uint64_t requests = requests_.load(std::memory_order_relaxed);
   std::uint64_t retries = retries_.load(std::memory_order_relaxed);
   for (;;) {

@@ -37,17 +37,31 @@ public:
   }
 
   bool cancel() noexcept {
-    std::lock_guard lock(mutex_);
-    if (cancelled())
-      return false;
-    cancelled_.store(true, std::memory_order_release);
-    // Unlink each node before notifying it: once notified, the operation may finish (on its own
-    // executor) and its detach() must then find nothing to do.
-    while (cancellation_registration* r = head_) {
-      head_ = r->next;
-      if (head_)
-        head_->prev = nullptr;
-      r->linked = false;
+    cancellation_registration* pinned = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (cancelled())
+        return false;
+      cancelled_.store(true, std::memory_order_release);
+      // Take the whole list. A link whose owner is being destroyed fails to pin (its destructor
+      // is waiting for this lock to unlink it) and is only marked unlinked; the others are kept
+      // alive by their pin and chained through `next` for the notices below.
+      while (cancellation_registration* r = head_) {
+        head_ = r->next;
+        r->linked = false;
+        r->prev = nullptr;
+        r->next = nullptr;
+        if (r->pin(*r)) {
+          r->next = pinned;
+          pinned = r;
+        }
+      }
+    }
+    // Outside the lock: a notice may run arbitrary executor code, including, on an inline
+    // executor, an operation that completes and unlinks itself from this very source.
+    while (cancellation_registration* r = pinned) {
+      pinned = r->next;
+      r->next = nullptr;
       r->notify(*r);
     }
     return true;

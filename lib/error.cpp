@@ -24,6 +24,8 @@ public:
       return "circuit breaker open: attempt not sent";
     case errc::unexpected_exception:
       return "an operation or a policy hook threw an unexpected exception";
+    case errc::retry_after_too_long:
+      return "the server asked to retry later than the policy's max_retry_after";
     }
     return "unknown coretry error " + std::to_string(value);
   }

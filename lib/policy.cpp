@@ -20,6 +20,9 @@ void retry_policy::validate() const {
   if (attempt_timeout <= nanoseconds::zero())
     throw std::invalid_argument("coretry::retry_policy: attempt_timeout = " +
                                 std::to_string(attempt_timeout.count()) + "ns (must be positive)");
+  if (max_retry_after <= nanoseconds::zero())
+    throw std::invalid_argument("coretry::retry_policy: max_retry_after = " +
+                                std::to_string(max_retry_after.count()) + "ns (must be positive)");
 }
 
 } // namespace coretry

@@ -1,7 +1,7 @@
 #include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
-#include <coretry/testing/manual_clock.hpp>
 #include <support/test_ops.hpp>
 
 #include <asio/co_spawn.hpp>
@@ -135,8 +135,10 @@ TEST_CASE("the deadline is respected: no sleep is scheduled that ends past it") 
   coretry::retry_stats stats;
   auto out = run_on_manual_clock(
       io, coretry::retry_async<manual_timer>([&] { return op(); }, policy, stats));
-  CHECK(out.error == refused);
+  // A deadline always reports itself, whatever `report` says; the attempt's error is kept.
+  CHECK(out.error == coretry::errc::deadline_exceeded);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
+  CHECK(stats.last_error == refused);
   CHECK(op.started == std::vector<manual_clock::duration>{0ms, 100ms, 200ms});
   CHECK(events.size() == 2);
   CHECK(manual_clock::elapsed() == 200ms); // gave up instead of sleeping to 300 ms
@@ -238,7 +240,7 @@ TEST_CASE("a result predicate retries a bad value and returns the last one when 
   CHECK(stats.last_error == coretry::errc::result_rejected);
 }
 
-TEST_CASE("a server hint raises the next delay, capped by the backoff's maximum") {
+TEST_CASE("a server hint raises the next delay, beyond the backoff's cap, up to max_retry_after") {
   manual_clock::reset();
   asio::io_context io;
   int calls = 0;
@@ -247,21 +249,44 @@ TEST_CASE("a server hint raises the next delay, capped by the backoff's maximum"
     if (calls == 1)
       ctx.retry_after(300ms); // above the 10 ms backoff: honoured
     if (calls == 2)
-      ctx.retry_after(1h); // above the 1 s cap: capped
+      ctx.retry_after(3s); // above the backoff's 1 s cap, within max_retry_after: honoured
     if (calls < 3)
       throw std::system_error(refused);
     co_return calls;
   };
   std::vector<coretry::retry_event> events;
   auto policy = no_jitter(3, 10ms);
+  policy.max_retry_after = 5s;
   policy.on_retry = [&](const coretry::retry_event& e) { events.push_back(e); };
   auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>(op, policy));
   CHECK(out.value == 3);
   REQUIRE(events.size() == 2);
   CHECK(events[0].delay == 300ms);
   CHECK(events[0].server_hint == 300ms);
-  CHECK(events[1].delay == 1s);
-  CHECK(manual_clock::elapsed() == 1300ms);
+  CHECK(events[1].delay == 3s);
+  CHECK(manual_clock::elapsed() == 3300ms);
+}
+
+TEST_CASE("a server hint above max_retry_after ends the operation at once, saying so") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto op = [&](coretry::attempt_context& ctx) -> asio::awaitable<int> {
+    ctx.retry_after(61s);
+    throw std::system_error(refused);
+    co_return 0;
+  };
+  for (auto report : {coretry::final_error::last_error, coretry::final_error::policy_reason}) {
+    auto policy = no_jitter(5, 10ms);
+    policy.report = report;
+    coretry::retry_stats stats;
+    auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>(op, policy, stats));
+    CHECK(stats.reason == coretry::errc::retry_after_too_long);
+    CHECK(stats.attempts == 1);
+    CHECK(out.error == (report == coretry::final_error::last_error
+                            ? refused
+                            : std::error_code(coretry::errc::retry_after_too_long)));
+    CHECK(manual_clock::elapsed() == 0ms);
+  }
 }
 
 TEST_CASE("a server hint past the deadline ends the operation instead of sleeping") {
@@ -276,8 +301,9 @@ TEST_CASE("a server hint past the deadline ends the operation instead of sleepin
       .max_attempts = 5, .deadline = 2s, .backoff = coretry::backoff::exponential(10ms, 2, 10s)};
   coretry::retry_stats stats;
   auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>(op, policy, stats));
-  CHECK(out.error == refused);
+  CHECK(out.error == coretry::errc::deadline_exceeded);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
+  CHECK(stats.last_error == refused);
   CHECK(stats.attempts == 1);
   CHECK(manual_clock::elapsed() == 0ms);
 }

@@ -3,6 +3,7 @@
 /// Retry budgets: limits shared by many operations so that retries cannot multiply an outage.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace coretry {
@@ -17,10 +18,11 @@ namespace coretry {
 class retry_budget {
 public:
   virtual ~retry_budget() = default;
-  virtual void on_request() noexcept {}
-  virtual void on_success() noexcept {}
-  virtual void on_failure() noexcept {}
-  virtual bool try_retry() noexcept = 0;
+  // `now`: time since the epoch of the loop's clock (`Timer::clock_type`).
+  virtual void on_request(std::chrono::nanoseconds /*now*/) noexcept {}
+  virtual void on_success(std::chrono::nanoseconds /*now*/) noexcept {}
+  virtual void on_failure(std::chrono::nanoseconds /*now*/) noexcept {}
+  virtual bool try_retry(std::chrono::nanoseconds now) noexcept = 0;
 };
 
 /// gRPC's retry throttling: a bucket of `max_tokens` tokens, full at the start. Each failed attempt
@@ -34,9 +36,9 @@ class token_bucket_budget final : public retry_budget {
 public:
   explicit token_bucket_budget(double max_tokens = 10.0, double token_ratio = 0.1);
 
-  void on_success() noexcept override;
-  void on_failure() noexcept override;
-  bool try_retry() noexcept override;
+  void on_success(std::chrono::nanoseconds now) noexcept override;
+  void on_failure(std::chrono::nanoseconds now) noexcept override;
+  bool try_retry(std::chrono::nanoseconds now) noexcept override;
 
   /// Current tokens (for reports and tests).
   double tokens() const noexcept;
@@ -58,8 +60,8 @@ class ratio_budget final : public retry_budget {
 public:
   explicit ratio_budget(double ratio = 0.1, std::uint64_t min_requests = 100);
 
-  void on_request() noexcept override;
-  bool try_retry() noexcept override;
+  void on_request(std::chrono::nanoseconds now) noexcept override;
+  bool try_retry(std::chrono::nanoseconds now) noexcept override;
 
   std::uint64_t requests() const noexcept { return requests_.load(std::memory_order_relaxed); }
   std::uint64_t retries() const noexcept { return retries_.load(std::memory_order_relaxed); }

@@ -9,12 +9,16 @@ namespace coretry {
 namespace detail {
 class cancellation_state;
 
-/// A link in a source's list of operations to notify. Owned by the operation; `notify` runs under
-/// the source's lock, on the cancelling thread, so it must only hand the work to the operation's
-/// executor (coretry posts an emit of `asio::cancellation_type::terminal` there).
+/// A link in a source's list of operations to notify, owned by the operation. `cancel()` takes
+/// the list under the source's lock, calling `pin` on each link there: `pin` must keep the
+/// operation alive until `notify` has run, or return false when the operation is already being
+/// destroyed (it then gets no notice). After the lock is released, `notify` runs once for each
+/// pinned link, on the cancelling thread; it must hand the work to the operation's executor and
+/// drop the pin. An owner unlinks its registration (`cancellation_token::detach`) before it dies.
 struct cancellation_registration {
   cancellation_registration* prev = nullptr;
   cancellation_registration* next = nullptr;
+  bool (*pin)(cancellation_registration&) noexcept = nullptr;
   void (*notify)(cancellation_registration&) noexcept = nullptr;
   bool linked = false;
 };
@@ -39,7 +43,8 @@ public:
 
   /// Requests cancellation of every operation registered now or later. Returns true for the call
   /// that made the request, false if the source was already cancelled. Never blocks on an
-  /// operation: each is notified by a handler posted to its own executor.
+  /// operation and calls none of them under its lock: each is notified by a handler posted to its
+  /// own executor. A source may outlive the operations and the execution contexts that used it.
   bool cancel() noexcept;
 
   bool cancelled() const noexcept;

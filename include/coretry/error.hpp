@@ -32,6 +32,9 @@ enum class errc {
   /// An operation threw something other than `std::system_error`, or a hook or predicate of the
   /// policy threw. The loop stops at once; see `retry_stats::exception` for what was thrown.
   unexpected_exception,
+  /// A server hint (`attempt_context::retry_after`, HTTP `Retry-After`) asked for a longer wait
+  /// than `retry_policy::max_retry_after` allows; the loop stops rather than retry early.
+  retry_after_too_long,
 };
 
 /// The category of `coretry::errc`; its name is "coretry".

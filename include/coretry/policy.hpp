@@ -6,13 +6,17 @@
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
 #include <coretry/error.hpp>
+#include <coretry/random.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <system_error>
+#include <type_traits>
+#include <typeinfo>
 
 namespace coretry {
 
@@ -29,31 +33,91 @@ struct retry_event {
 
 /// What one retry operation did; filled in as it goes and final when it completes.
 struct retry_stats {
-  unsigned attempts = 0;        ///< Attempts started.
+  unsigned attempts = 0;        ///< Attempts started (an attempt the policy refused is not one).
   nanoseconds slept{0};         ///< Sum of the delays slept (as chosen, not as measured).
   nanoseconds elapsed{0};       ///< From the start of the operation to its completion.
   std::error_code last_error{}; ///< The last attempt's error; empty if it succeeded.
-  /// Why the loop stopped: empty on success; an `errc` when the policy gave up;
-  /// the attempt's error when it was not retryable; `errc::cancelled` or
-  /// `asio::error::operation_aborted` when cancelled.
+  /// Why the loop stopped: empty on success; an `errc` when the policy gave up; the attempt's
+  /// error when it was not retryable; `errc::cancelled` (group token) or
+  /// `asio::error::operation_aborted` (the caller's slot) when cancelled;
+  /// `errc::unexpected_exception` when something threw (see `exception`).
   std::error_code reason{};
+  /// What was thrown when `reason` is `errc::unexpected_exception`.
+  std::exception_ptr exception{};
 };
 
-/// What the operation reports as its final failure.
+/// What a failed operation reports when the policy gave up on a retryable error.
 enum class final_error : std::uint8_t {
-  /// The last attempt's own error (the default: the caller sees `connection_refused`, not a wrapper;
-  /// `retry_stats::reason` still tells why the loop stopped). When the policy stopped before any
-  /// attempt error existed (a budget or deadline with no attempt made) the `errc` is reported.
+  /// The last attempt's own error (the default: the caller sees `connection_refused`, not a
+  /// wrapper; `retry_stats::reason` tells why the loop stopped). When no attempt ran (an open
+  /// breaker, say), the policy's reason.
   last_error,
-  /// Always the policy's reason (`errc::attempts_exhausted`, `deadline_exceeded`, ...) when the
-  /// loop gave up; non-retryable errors are still reported as themselves.
+  /// The policy's reason (`errc::attempts_exhausted`, `budget_exhausted`, `circuit_open`).
   policy_reason,
 };
 
 /// The default retry predicate: everything is retryable except cancellation.
 bool default_retry_if(const std::error_code& ec) noexcept;
 
-template <class Predicate> struct result_policy;
+/// The seed of an operation's jitter. Unset (the default), each operation draws a fresh seed.
+/// Set, the k-th operation started with this policy or any copy of it draws the stream
+/// `mix(seed, k)`: a run is reproducible, yet operations sharing a policy still draw different
+/// delays (one sequence for all of them would be no jitter at all).
+class jitter_seed {
+public:
+  jitter_seed() noexcept = default;
+  jitter_seed(std::uint64_t seed) // NOLINT(google-explicit-constructor): `.seed = 42`
+      : seed_(seed), next_(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
+
+  bool has_value() const noexcept { return next_ != nullptr; }
+  std::uint64_t value() const noexcept { return seed_; }
+
+  /// The generator for the next operation started with this seed.
+  fast_rng next_stream() const noexcept {
+    if (!next_)
+      return fast_rng::from_entropy();
+    const std::uint64_t k = next_->fetch_add(1, std::memory_order_relaxed);
+    // Two rounds of SplitMix64 over (seed, k): neighbouring seeds and neighbouring k decorrelate.
+    fast_rng mix(seed_ ^ (k * 0xd1b54a32d192ed03ull));
+    return fast_rng(mix() ^ k);
+  }
+
+private:
+  std::uint64_t seed_ = 0;
+  std::shared_ptr<std::atomic<std::uint64_t>> next_;
+};
+
+namespace detail {
+/// A predicate on results of one type, behind a pointer so that every `retry_policy` has one
+/// type whatever the operations it serves return.
+struct result_predicate {
+  const std::type_info* type;
+  std::function<bool(const void*)> call;
+};
+
+template <class F> struct single_argument {
+  static_assert(sizeof(F) == 0, "coretry: retry_if_result cannot deduce the result type of a "
+                                "generic predicate; name it: retry_if_result<T>(pred)");
+};
+template <class C, class R, class A> struct single_argument<R (C::*)(A) const> {
+  using type = std::remove_cvref_t<A>;
+};
+template <class C, class R, class A> struct single_argument<R (C::*)(A) const noexcept> {
+  using type = std::remove_cvref_t<A>;
+};
+template <class F, class = void> struct predicate_argument : single_argument<F> {};
+template <class F>
+struct predicate_argument<F, std::void_t<decltype(&F::operator())>>
+    : single_argument<decltype(&F::operator())> {};
+template <class R, class A> struct predicate_argument<R (*)(A), void> {
+  using type = std::remove_cvref_t<A>;
+};
+/// `T` when named, else what the predicate takes.
+template <class T, class Predicate> struct filtered_type { using type = T; };
+template <class Predicate> struct filtered_type<void, Predicate> {
+  using type = typename predicate_argument<Predicate>::type;
+};
+} // namespace detail
 
 /// A retry policy. An aggregate meant for designated initializers; every field has a default.
 ///
@@ -67,15 +131,20 @@ template <class Predicate> struct result_policy;
 /// ```
 ///
 /// Defaults: 3 attempts, no deadline, no per-attempt timeout, exponential backoff from 100 ms
-/// doubling up to 32 s with full jitter (the recommendation of articles 001 and 002), every error
-/// but cancellation retried, no hook, no budget, no group token, a fresh random seed per operation,
-/// the last attempt's error reported. `validate()` runs when an operation starts, before anything
-/// else, and throws `std::invalid_argument` naming the bad field.
+/// doubling up to 32 s with full jitter (as "Why Exponential Backoff Needs Jitter" and
+/// "Preventing Retry Storms: Exponential Backoff and Jitter Design" recommend), every error but cancellation retried, server hints
+/// honoured up to 60 s, no hook, no budget, no group token, a fresh random seed per operation, the
+/// last attempt's error reported. `validate()` runs when an operation starts, before anything
+/// else, and throws `std::invalid_argument` naming the bad field and its value.
+///
+/// Hooks and predicates run on the operation's executor and should not throw: one that does
+/// stops the operation at once with `errc::unexpected_exception` (see `retry_async`).
 struct retry_policy {
   /// Attempts in total, the first included (1 = never retry). Must be at least 1.
   unsigned max_attempts = 3;
   /// Overall time limit from the start, covering attempts and sleeps: an attempt still running at
   /// the deadline is cancelled, and the loop never sleeps when no attempt could start before it.
+  /// An operation stopped by its deadline always fails with `errc::deadline_exceeded`.
   nanoseconds deadline = unlimited;
   /// Limit for each attempt; an attempt over it is cancelled and fails with
   /// `errc::attempt_timeout`, which is retryable.
@@ -84,41 +153,58 @@ struct retry_policy {
   coretry::backoff backoff =
       coretry::backoff::exponential(std::chrono::milliseconds(100), 2.0, std::chrono::seconds(32))
           .with_jitter(coretry::jitter::full());
+  /// The longest server hint (`attempt_context::retry_after`, an HTTP `Retry-After`) the loop
+  /// will wait for. A hint above it ends the operation at once with
+  /// `errc::retry_after_too_long`: retrying sooner than the server asked helps nobody. It is
+  /// independent of the backoff's cap. Must be positive.
+  nanoseconds max_retry_after = std::chrono::seconds(60);
   /// Which attempt errors to retry; empty means `default_retry_if`. Cancellation is never retried,
   /// whatever this says.
   std::function<bool(const std::error_code&)> retry_if{};
   /// Called after each failed attempt that will be retried, with the delay chosen. Runs on the
-  /// operation's executor; it must not throw.
+  /// operation's executor.
   std::function<void(const retry_event&)> on_retry{};
   /// A budget shared with other operations; none by default.
   std::shared_ptr<retry_budget> budget{};
   /// A group token; see `cancellation_source`.
   cancellation_token cancellation{};
-  /// Seed for this operation's jitter; by default a fresh one per operation.
-  std::optional<std::uint64_t> seed{};
+  /// Seed for the jitter; see `jitter_seed`.
+  jitter_seed seed{};
   /// What a failed operation reports.
   final_error report = final_error::last_error;
+  /// Set by `retry_if_result`.
+  std::shared_ptr<const detail::result_predicate> result_filter{};
 
   /// Throws `std::invalid_argument` when a field is out of range (`max_attempts` of 0, a
-  /// non-positive `deadline` or `attempt_timeout`).
+  /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`).
   void validate() const;
 
-  /// This policy plus a predicate on successful results: when `pred(result)` is true the result
-  /// is treated as a retryable failure (`errc::result_rejected`). When the loop then gives up, the
-  /// last result is returned rather than an error, so the caller can still read it (e.g. the last
-  /// HTTP 503 response); `retry_stats::reason` tells why.
-  template <class Predicate> result_policy<Predicate> retry_if_result(Predicate pred) const& {
-    return {*this, std::move(pred)};
+  /// Treats results for which `pred(result)` is true as retryable failures
+  /// (`errc::result_rejected`), e.g. an HTTP 503. When the loop then gives up, the last result is
+  /// returned rather than an error, so the caller can still read it; `retry_stats::reason` tells
+  /// why it stopped. `T` is deduced from a predicate with one parameter; name it for a generic
+  /// one. An operation whose result is not `T` is refused at the call with
+  /// `std::invalid_argument`. Returns a policy (this one plus the predicate), so a table of
+  /// policies holds one type.
+  template <class T = void, class Predicate> retry_policy retry_if_result(Predicate pred) const& {
+    retry_policy copy = *this;
+    copy.result_filter = make_result_filter<T>(std::move(pred));
+    return copy;
   }
-  template <class Predicate> result_policy<Predicate> retry_if_result(Predicate pred) && {
-    return {std::move(*this), std::move(pred)};
+  template <class T = void, class Predicate> retry_policy retry_if_result(Predicate pred) && {
+    result_filter = make_result_filter<T>(std::move(pred));
+    return std::move(*this);
   }
-};
 
-/// A `retry_policy` with a predicate on results; made by `retry_policy::retry_if_result`.
-template <class Predicate> struct result_policy {
-  retry_policy policy{};
-  Predicate retry_if_result;
+private:
+  template <class T, class Predicate>
+  static std::shared_ptr<const detail::result_predicate> make_result_filter(Predicate pred) {
+    using arg = typename detail::filtered_type<T, Predicate>::type;
+    return std::make_shared<const detail::result_predicate>(
+        detail::result_predicate{&typeid(arg), [p = std::move(pred)](const void* v) -> bool {
+                                   return static_cast<bool>(p(*static_cast<const arg*>(v)));
+                                 }});
+  }
 };
 
 } // namespace coretry

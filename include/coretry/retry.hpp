@@ -1,8 +1,38 @@
 #pragma once
 /// \file
 /// The retry loop: `co_await retry_async(op, policy)` and `async_retry(executor, op, policy, token)`.
+///
+/// **Operations.** `op` is called once per attempt, as `op(attempt_context&)` when it accepts
+/// one and as `op()` otherwise. It returns either
+/// - `asio::awaitable<T>` (`T` may be `void` or move-only) and fails by throwing
+///   `std::system_error`, whose code goes to the policy's predicates; or
+/// - `asio::awaitable<std::tuple<std::error_code, T>>` (or `std::tuple<std::error_code>`), the
+///   `as_tuple` idiom, and fails by returning a non-empty code: no exception is thrown anywhere,
+///   which is much cheaper when failures are common. The operation's result type is then `T`.
+///
+/// **Exceptions: one rule for every front end.** A `std::system_error` thrown by an attempt is
+/// that attempt's error, like a returned code. Anything else thrown by an attempt, and anything
+/// at all thrown by a predicate (`retry_if`, `retry_if_result`) or a hook (`on_retry`), is a bug
+/// rather than a failure worth retrying: the loop stops at once (no further attempt, no sleep),
+/// the operation completes exactly once with `errc::unexpected_exception`, and
+/// `retry_stats::exception` holds what was thrown. `retry_async` rethrows that exception itself;
+/// `async_retry` delivers the error code (a completion handler never throws out of `run()`).
+///
+/// **Cancellation.** Terminal cancellation of the awaiting coroutine (an enclosing `||`, a bound
+/// slot), the handler's slot for `async_retry` (any cancellation type), and the policy's group
+/// token stop the operation in an attempt or in a sleep; it completes once, with
+/// `asio::error::operation_aborted`, and a cancelled operation is never retried. An operation
+/// that may be cancelled from outside, or whose attempts are timed, runs on a strand of its
+/// executor, so that a cancellation emitted from any thread reaches it safely.
+///
+/// **Time.** Between attempts the operation waits on a `Timer` (by default `asio::steady_timer`)
+/// on its executor: no thread blocks and nothing is held but its coroutine frame and timer.
+/// `Timer` needs `Timer(executor)`, `expires_after(duration)`, `async_wait(token)` honouring
+/// per-operation cancellation, `cancel()`, `rebind_executor`, and a `clock_type` with a static
+/// `now()`; `coretry::testing::manual_timer` (coretry/testing/manual_clock.hpp) runs the loop
+/// on a clock that a test moves.
 
-#include <coretry/detail/retry_loop.hpp>
+#include <coretry/detail/retry_op.hpp>
 #include <coretry/policy.hpp>
 
 #include <asio/async_result.hpp>
@@ -15,72 +45,60 @@ namespace coretry {
 
 /// Retries `op` under `policy`, from inside a coroutine.
 ///
-/// `op` is called once per attempt, as `op(attempt_context&)` when it accepts one and as `op()`
-/// otherwise, and returns an `asio::awaitable<T>` (`T` may be `void` or move-only). An attempt
-/// fails by throwing `std::system_error`; the error code goes to the policy's predicates. Other
-/// exceptions are never retried and propagate unchanged.
-///
-/// Between attempts the coroutine waits on a `Timer` (by default `asio::steady_timer`) on its own
-/// executor: no thread blocks and nothing of the operation is held but its coroutine frame.
-///
-/// \returns the first accepted result. When the policy rejected results
+/// \returns the first accepted result; when the policy rejected results
 /// (`retry_policy::retry_if_result`) until it gave up, the last result.
-/// \throws std::invalid_argument at the call when the policy is invalid; std::system_error with
-/// the final error (see `final_error`), or with `asio::error::operation_aborted` when cancelled.
-///
-/// Cancellation: terminal cancellation of the awaiting coroutine (a bound slot on its `co_spawn`,
-/// or an enclosing `||`) stops the operation in an attempt or in a sleep, as does the policy's
-/// group token. A cancelled operation is never retried.
-///
-/// `Timer` needs `Timer(executor)`, `expires_after(duration)`, `async_wait(token)` honouring
-/// per-operation cancellation, and `Timer::clock_type::now()`; tests use a manual clock.
-template <class Timer = asio::steady_timer, class Op, class Policy>
-asio::awaitable<detail::op_result_t<Op>> retry_async(Op op, Policy policy) {
-  detail::base_policy(policy).validate();
+/// \throws std::invalid_argument at the call when the policy is invalid or its result predicate
+/// does not take `T`; std::system_error with the final error (see `final_error`; a deadline
+/// always reports `errc::deadline_exceeded`), or with `asio::error::operation_aborted` when
+/// cancelled; what an operation or hook threw, as itself (see the file comment).
+template <class Timer = asio::steady_timer, class Op>
+asio::awaitable<detail::op_result_t<Op>> retry_async(Op op, retry_policy policy) {
+  policy.validate();
+  detail::check_result_filter<detail::op_result_t<Op>>(policy);
   return detail::retry_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
                                                              nullptr);
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class Timer = asio::steady_timer, class Op, class Policy>
-asio::awaitable<detail::op_result_t<Op>> retry_async(Op op, Policy policy, retry_stats& stats) {
-  detail::base_policy(policy).validate();
+template <class Timer = asio::steady_timer, class Op>
+asio::awaitable<detail::op_result_t<Op>> retry_async(Op op, retry_policy policy,
+                                                     retry_stats& stats) {
+  policy.validate();
+  detail::check_result_filter<detail::op_result_t<Op>>(policy);
   return detail::retry_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
                                                              &stats);
 }
 
-/// Retries `op` under `policy` on `executor`, reporting through any completion token.
+/// Retries `op` under `policy` on `executor`, reporting through any completion token
+/// (callbacks, `use_future`, `use_awaitable`, `experimental::as_tuple(...)`, ...).
 ///
 /// Completion signature: `void(std::error_code, T)`, or `void(std::error_code)` when `T` is
-/// `void`; `T` must then be default constructible. The error is empty on success and when the
-/// last result is returned after rejected results; otherwise it is the final error (see
-/// `final_error`) or `asio::error::operation_aborted`. Exceptions other than `std::system_error`
-/// thrown by `op` are not retried and are rethrown from the completion, as `co_spawn` does.
+/// `void`, or `void(std::error_code, std::optional<T>)` when `T` is not default constructible
+/// (empty with an error). The error is empty on success and when the last result is returned
+/// after rejected results; otherwise the final error (see `final_error`),
+/// `asio::error::operation_aborted`, or `errc::unexpected_exception`. The handler is called
+/// exactly once, through its associated executor (by default `executor`), never from inside
+/// this call; if the execution context is destroyed first, it is destroyed uncalled.
 ///
-/// Cancellation: the handler's associated cancellation slot (terminal, partial or total) and the
-/// policy's group token both stop the operation, during an attempt or a sleep; it then completes
-/// once, with `operation_aborted`. When either is present the operation runs on a strand of
-/// `executor`, so that a cancellation emitted from any thread is delivered safely.
-///
-/// Thread safety: the call itself may be made from any thread; the handler runs on its
-/// associated executor (by default `executor`).
-template <class Timer = asio::steady_timer, class Executor, class Op, class Policy,
-          class CompletionToken>
-auto async_retry(const Executor& executor, Op op, Policy policy, CompletionToken&& token) {
-  detail::base_policy(policy).validate();
+/// Throws `std::invalid_argument` at the call when the policy is invalid; nothing starts then.
+/// Thread safety: the call may be made from any thread.
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+auto async_retry(const Executor& executor, Op op, retry_policy policy, CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
+  policy.validate();
+  detail::check_result_filter<value_type>(policy);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
       std::move(op), std::move(policy), static_cast<retry_stats*>(nullptr));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class Timer = asio::steady_timer, class Executor, class Op, class Policy,
-          class CompletionToken>
-auto async_retry(const Executor& executor, Op op, Policy policy, retry_stats& stats,
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+auto async_retry(const Executor& executor, Op op, retry_policy policy, retry_stats& stats,
                  CompletionToken&& token) {
-  detail::base_policy(policy).validate();
   using value_type = detail::op_result_t<Op>;
+  policy.validate();
+  detail::check_result_filter<value_type>(policy);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
       std::move(op), std::move(policy), &stats);

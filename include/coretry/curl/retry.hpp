@@ -63,8 +63,7 @@ struct retryable_response {
   bool operator()(const response& r) const noexcept { return is_retryable_status(r.status); }
 };
 
-inline coretry::result_policy<retryable_response>
-make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state>& st) {
+inline coretry::retry_policy make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state>& st) {
   if (!may_retry(st->req))
     p.max_attempts = 1;
   if (!p.retry_if)

@@ -146,6 +146,9 @@ public:
   using duration = manual_clock::duration;
   using time_point = manual_clock::time_point;
   using executor_type = Executor;
+  template <class OtherExecutor> struct rebind_executor {
+    using other = basic_manual_timer<OtherExecutor>;
+  };
 
   template <class OtherExecutor>
   explicit basic_manual_timer(const OtherExecutor& ex) : executor_(ex) {}

@@ -1,0 +1,348 @@
+#pragma once
+// How a retry operation starts and completes: the initiation behind async_retry (and behind
+// retry_async when something may cancel it), the state shared with the handlers that cancel it,
+// and the completion that reports once. Private: include <coretry/retry.hpp>.
+//
+// Three paths, chosen once per operation by `needs_control`:
+// - retry_async with nothing to cancel it and no timed attempts: the loop is awaited in the
+//   caller's coroutine, which cancels it the usual way (an enclosing `||`, a bound slot);
+// - async_retry likewise: the loop is co_spawned on the executor, no state, no strand;
+// - otherwise (a caller's slot, a group token, an attempt timeout or a deadline): the loop is
+//   co_spawned on a strand, with an `op_state` shared by the loop and every handler that may
+//   cancel it. Everything that touches the loop's cancellation runs on that strand.
+//
+// Exactly once: co_spawn calls the completion once, or destroys it uncalled with its execution
+// context. The state unlinks itself from a group source when it dies, however it dies; a
+// cancellation reaches the loop only once the loop runs (`arm`) and until it ends (`disarm`).
+
+#include <coretry/cancellation.hpp>
+#include <coretry/detail/retry_loop.hpp>
+#include <coretry/error.hpp>
+#include <coretry/policy.hpp>
+
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/strand.hpp>
+
+#include <exception>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace coretry::detail {
+
+// --- Completion signatures -------------------------------------------------------------------
+
+/// What async_retry delivers with each outcome: `T`, or `std::optional<T>` when `T` cannot be
+/// default constructed (there is no value to go with an error then).
+template <class T>
+using delivered_t = std::conditional_t<std::is_void_v<T> || std::is_default_constructible_v<T>, T,
+                                       std::optional<T>>;
+
+template <class T> struct signatures {
+  using exception = void(std::exception_ptr, delivered_t<T>);
+  using error = void(std::error_code, delivered_t<T>);
+};
+template <> struct signatures<void> {
+  using exception = void(std::exception_ptr);
+  using error = void(std::error_code);
+};
+template <class T> using exception_signature_t = typename signatures<T>::exception;
+template <class T> using error_signature_t = typename signatures<T>::error;
+
+template <class T> delivered_t<T> take_value(loop_result<T>& r) {
+  if constexpr (std::is_same_v<delivered_t<T>, T>)
+    return r.value ? std::move(*r.value) : T{};
+  else
+    return std::move(r.value);
+}
+
+/// co_spawn hands over an exception only when the loop could not run at all; the loop itself
+/// reports through its result. Fold the two into one result.
+template <class T> void absorb(loop_result<T>& r, std::exception_ptr e) {
+  if (!e)
+    return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::system_error& error) {
+    r.error = error.code();
+  } catch (...) {
+    r.error = errc::unexpected_exception;
+    r.exception = std::current_exception();
+  }
+}
+
+/// Delivers to a handler taking `(exception_ptr[, T])`: retry_async's, through use_awaitable.
+/// What an operation or hook threw is rethrown as itself.
+struct deliver_exception {
+  template <class T, class Handler> static void deliver(Handler& h, loop_result<T>& r) {
+    std::exception_ptr e = r.exception;
+    if (!e && r.error)
+      e = std::make_exception_ptr(std::system_error(r.error));
+    if constexpr (std::is_void_v<T>)
+      std::move(h)(std::move(e));
+    else
+      std::move(h)(std::move(e), take_value(r));
+  }
+};
+
+/// Delivers to a handler taking `(error_code[, T])`: async_retry's.
+struct deliver_error_code {
+  template <class T, class Handler> static void deliver(Handler& h, loop_result<T>& r) {
+    if constexpr (std::is_void_v<T>)
+      std::move(h)(r.error);
+    else
+      std::move(h)(r.error, take_value(r));
+  }
+};
+
+// --- The controlled path's state -------------------------------------------------------------
+
+/// Calls `f` with the io_context executor inside `ex` when there is one, else with `ex`. A
+/// strand of the concrete executor fits in `any_io_executor`'s small buffer, so every copy of the
+/// loop's executor is a copy instead of a heap allocation through two layers of type erasure.
+template <class Executor, class F> void with_concrete_executor(const Executor& ex, F&& f) {
+  if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
+    using untracked = asio::io_context::executor_type;
+    using tracked = std::decay_t<decltype(asio::prefer(std::declval<const untracked&>(),
+                                                       asio::execution::outstanding_work.tracked))>;
+    if (const auto* t = ex.template target<tracked>())
+      return f(*t);
+    if (const auto* t = ex.template target<untracked>())
+      return f(*t);
+  }
+  f(ex);
+}
+
+/// Shared by the loop, its attempt timer's handler, the caller's slot handler and a group
+/// source. Every member but the registration links is touched only on `strand`.
+template <class Strand, class Timer>
+struct op_state final : cancellation_registration,
+                        std::enable_shared_from_this<op_state<Strand, Timer>> {
+  op_state(Strand s, cancellation_token t, bool timed_attempts)
+      : strand(std::move(s)), token(std::move(t)), timed(timed_attempts) {
+    pin = &op_state::pin_for_group;
+    notify = &op_state::notify_from_group;
+  }
+  ~op_state() { token.detach(*this); }
+  op_state(const op_state&) = delete;
+  op_state& operator=(const op_state&) = delete;
+
+  // --- Called by the loop, on the strand.
+
+  /// The loop runs: link to the group and let cancellations emit. False when already cancelled.
+  bool arm() {
+    armed = true;
+    if (!cancelled && token.can_be_cancelled() && !token.attach(*this))
+      cancelled = true;
+    return !cancelled;
+  }
+  /// The loop is done: nothing may emit into it any more.
+  void disarm() {
+    armed = false;
+    token.detach(*this);
+  }
+  void start_attempt(nanoseconds limit) {
+    if (!timed)
+      return;
+    if (!attempt_timer)
+      attempt_timer.emplace(strand.get_inner_executor());
+    attempt_timer->expires_after(std::chrono::ceil<typename Timer::duration>(limit));
+    attempt_timer->async_wait(timeout_handler{this->shared_from_this(), ++generation});
+    in_attempt = true;
+    timed_out = false;
+  }
+  /// True when the attempt timer, not the caller, cut the attempt.
+  bool end_attempt() {
+    if (!timed)
+      return false;
+    in_attempt = false;
+    attempt_timer->cancel();
+    return timed_out && !cancelled;
+  }
+
+  // --- Cancellation, from anywhere: each hops to the strand.
+
+  void cancel_on_strand() {
+    asio::dispatch(strand, [self = this->shared_from_this()] { self->cancel(); });
+  }
+
+  Strand strand;
+  asio::cancellation_signal signal; ///< bound to the loop's co_spawn
+  bool cancelled = false;           ///< the caller's slot or the group asked
+
+private:
+  void cancel() {
+    if (cancelled)
+      return;
+    cancelled = true;
+    if (armed)
+      signal.emit(asio::cancellation_type::terminal);
+  }
+  void time_out(unsigned g) {
+    if (armed && in_attempt && generation == g && !cancelled) {
+      timed_out = true;
+      signal.emit(asio::cancellation_type::terminal);
+    }
+  }
+
+  // The attempt timer lives on the executor under the strand, so that a wait cancelled at the
+  // end of an attempt (nearly every one) completes without a trip through the strand; only a
+  // timer that fired hops over.
+  struct timeout_handler {
+    std::shared_ptr<op_state> state;
+    unsigned g;
+    void operator()(std::error_code ec) {
+      if (!ec) {
+        const Strand strand = state->strand;
+        asio::dispatch(strand, [s = std::move(state), g = g] { s->time_out(g); });
+      }
+    }
+  };
+
+  static bool pin_for_group(cancellation_registration& r) noexcept {
+    auto& self = static_cast<op_state&>(r);
+    self.pinned = self.weak_from_this().lock();
+    return self.pinned != nullptr;
+  }
+  // Always a post: the source may be cancelled from a hook running on this very strand.
+  static void notify_from_group(cancellation_registration& r) noexcept {
+    auto& self = static_cast<op_state&>(r);
+    std::shared_ptr<op_state> keep = std::move(self.pinned);
+    const Strand strand = keep->strand;
+    asio::post(strand, [s = std::move(keep)] { s->cancel(); });
+  }
+
+  using attempt_timer_type =
+      typename Timer::template rebind_executor<typename Strand::inner_executor_type>::other;
+
+  cancellation_token token;
+  std::optional<attempt_timer_type> attempt_timer;
+  std::shared_ptr<op_state> pinned; ///< between a group's pin and its notice
+  unsigned generation = 0;          ///< of the timed attempt in flight
+  bool timed;
+  bool armed = false;
+  bool in_attempt = false;
+  bool timed_out = false;
+};
+
+template <class T, class Handler, class State, class Executor, class Deliver>
+class retry_completion {
+public:
+  retry_completion(Handler h, std::shared_ptr<State> s, Executor ex)
+      : handler_(std::move(h)), state_(std::move(s)), executor_(std::move(ex)) {}
+
+  using executor_type = asio::associated_executor_t<Handler, Executor>;
+  executor_type get_executor() const noexcept {
+    return asio::get_associated_executor(handler_, executor_);
+  }
+  using allocator_type = asio::associated_allocator_t<Handler>;
+  allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(handler_); }
+  using cancellation_slot_type = asio::cancellation_slot;
+  cancellation_slot_type get_cancellation_slot() const noexcept {
+    if constexpr (std::is_void_v<State>)
+      return {};
+    else
+      return state_ ? state_->signal.slot() : asio::cancellation_slot();
+  }
+
+  void operator()(std::exception_ptr e, loop_result<T> r) {
+    absorb(r, std::move(e));
+    if constexpr (!std::is_void_v<State>) {
+      auto user_slot = asio::get_associated_cancellation_slot(handler_);
+      if (user_slot.is_connected())
+        user_slot.clear();
+      state_.reset();
+    }
+    Deliver::template deliver<T>(handler_, r);
+  }
+
+private:
+  Handler handler_;
+  std::shared_ptr<State> state_;
+  Executor executor_;
+};
+
+/// Tells `initiate_retry` to run on the handler's associated executor: for `use_awaitable`, the
+/// awaiting coroutine's, known only once the initiation runs inside it.
+struct handler_executor {};
+
+template <class Timer, class T, class Deliver> struct initiate_retry {
+  template <class Handler, class Op>
+  void operator()(Handler&& handler, handler_executor, Op op, retry_policy policy,
+                  retry_stats* stats) const {
+    const auto ex = asio::get_associated_executor(handler);
+    (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), stats);
+  }
+
+  template <class Handler, class Executor, class Op>
+  void operator()(Handler&& handler, const Executor& ex, Op op, retry_policy policy,
+                  retry_stats* stats) const {
+    using handler_type = std::decay_t<Handler>;
+    auto user_slot = asio::get_associated_cancellation_slot(handler);
+    if (!needs_control(policy, user_slot.is_connected())) {
+      using completion = retry_completion<T, handler_type, void, Executor, Deliver>;
+      asio::co_spawn(ex,
+                     retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, nullptr),
+                     completion(std::forward<Handler>(handler), nullptr, ex));
+      return;
+    }
+    with_concrete_executor(ex, [&](const auto& inner) {
+      start_controlled(std::forward<Handler>(handler), ex, inner, std::move(op), std::move(policy),
+                       stats, user_slot);
+    });
+  }
+
+  template <class Handler, class Executor, class Inner, class Op, class Slot>
+  static void start_controlled(Handler&& handler, const Executor& ex, const Inner& inner, Op op,
+                               retry_policy policy, retry_stats* stats, Slot user_slot) {
+    using handler_type = std::decay_t<Handler>;
+    using state_type = op_state<asio::strand<Inner>, Timer>;
+    const bool timed = policy.deadline != unlimited || policy.attempt_timeout != unlimited;
+    auto state = std::make_shared<state_type>(asio::make_strand(inner), policy.cancellation, timed);
+    if (user_slot.is_connected()) {
+      // Any cancellation type stops the loop (a coroutine heeds only terminal ones). Weak: a
+      // slot that outlives the operation's execution context must not keep it, nor reach it.
+      user_slot.assign([w = std::weak_ptr<state_type>(state)](asio::cancellation_type) {
+        if (auto s = w.lock())
+          s->cancel_on_strand();
+      });
+    }
+    auto strand = state->strand;
+    state_type* control = state.get();
+    asio::co_spawn(std::move(strand),
+                   retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, control),
+                   retry_completion<T, handler_type, state_type, Executor, Deliver>(
+                       std::forward<Handler>(handler), std::move(state), ex));
+  }
+};
+
+template <class T> asio::awaitable<T> take_optional(asio::awaitable<std::optional<T>> a) {
+  co_return std::move(*co_await std::move(a));
+}
+
+/// retry_async's body. Takes its arguments by reference: retry_async owns them until the loop's
+/// frame (or the initiation) moves them in, so each is moved once.
+template <class Timer, class T, class Op>
+asio::awaitable<T> retry_entry(Op&& op, retry_policy&& policy, retry_stats* stats) {
+  if (!needs_control(policy, false))
+    return retry_loop<Timer, T, true>(std::move(op), std::move(policy), stats, nullptr);
+  // The initiation itself, awaited: no wrapper coroutine (and no extra frame) in between.
+  auto a = asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
+      initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
+      std::move(op), std::move(policy), stats);
+  if constexpr (std::is_same_v<delivered_t<T>, T>)
+    return a;
+  else
+    return take_optional<T>(std::move(a));
+}
+
+} // namespace coretry::detail
