@@ -296,3 +296,24 @@ TEST_CASE("operations that return their error as a value are retried without exc
   CHECK(error == refused);
   CHECK(void_calls == 2);
 }
+
+// The example of docs/core.md, kept compiling and passing here.
+TEST_CASE("my policy gives up after three attempts, 300 ms in") {
+  using coretry::testing::manual_clock;
+  manual_clock::reset();
+  asio::io_context io;
+  int calls = 0;
+  auto op = [&]() -> asio::awaitable<int> {
+    ++calls;
+    throw std::system_error(refused);
+    co_return 0;
+  };
+  coretry::retry_policy policy{.max_attempts = 3,
+                               .backoff = coretry::backoff::fixed(std::chrono::milliseconds(150))};
+  bool done = false;
+  coretry::async_retry<coretry::testing::manual_timer>(io.get_executor(), op, policy,
+                                                       [&](std::error_code, int) { done = true; });
+  coretry::testing::drive(io, [&] { return done; });
+  CHECK(calls == 3);
+  CHECK(manual_clock::elapsed() == std::chrono::milliseconds(300));
+}

@@ -100,49 +100,55 @@ inline bool needs_clock(const retry_policy& p, bool stats) noexcept {
 
 // --- The loop --------------------------------------------------------------------------------
 
-/// `Control` is `std::nullptr_t` on the plain paths, or a pointer to the operation's state (retry_op.hpp) on
-/// the controlled one, which provides: `arm()`, `cancelled`, `start_attempt(limit)`,
-/// `end_attempt()` (true when the attempt timer cut the attempt), `disarm()`.
+/// How the loop ends, written into the result and the caller's stats (when asked for). Plain
+/// functions rather than lambdas: every closure a coroutine names takes room in its frame, and
+/// the frame is what a sleeping operation costs.
+template <class T> struct loop_exit {
+  static void fail(loop_result<T>& r, retry_stats* s, std::error_code reason,
+                   std::error_code report) {
+    r.error = report;
+    if (s)
+      s->reason = reason;
+  }
+  static void abort(loop_result<T>& r, retry_stats* s, const retry_policy& p) {
+    fail(r, s,
+         p.cancellation.cancelled() ? std::error_code(errc::cancelled)
+                                    : std::error_code(asio::error::operation_aborted),
+         asio::error::operation_aborted);
+  }
+  static void thrown(loop_result<T>& r, retry_stats* s, std::exception_ptr e) {
+    r.value.reset();
+    fail(r, s, errc::unexpected_exception, errc::unexpected_exception);
+    if (s)
+      s->exception = e;
+    r.exception = std::move(e);
+  }
+};
+
+template <class Clock> nanoseconds read_clock(bool clocked) noexcept {
+  return clocked ? since_epoch(Clock::now()) : nanoseconds{0};
+}
+
+/// `Control` is `std::nullptr_t` on the plain paths, or a pointer to the operation's state
+/// (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
+/// `start_attempt(limit)`, `end_attempt()` (true when the attempt timer cut the attempt),
+/// `disarm()`.
 template <class Timer, class T, bool Throwing, class Op, class Control>
 asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
-retry_loop(Op op, retry_policy policy, retry_stats* stats_out, Control control) {
+retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
   constexpr bool controlled = !std::is_same_v<Control, std::nullptr_t>;
   constexpr bool error_as_value = awaitable_traits<op_awaitable_t<Op>>::error_as_value;
   using clock = typename Timer::clock_type;
+  using exit = loop_exit<T>;
 
-  retry_stats local_stats;
-  retry_stats& stats = stats_out ? *stats_out : local_stats;
-  stats = retry_stats{};
-  const bool clocked = needs_clock(policy, stats_out != nullptr);
-  const auto now = [clocked] { return clocked ? since_epoch(clock::now()) : nanoseconds{0}; };
-  const nanoseconds start = now();
+  if (stats)
+    *stats = retry_stats{};
+  const bool clocked = needs_clock(policy, stats != nullptr);
+  const nanoseconds start = read_clock<clock>(clocked);
   schedule sched(policy, start);
   std::optional<Timer> sleep_timer; // made at the first sleep: a first success needs none
-  loop_result<T> result;
-
-  // Every exit from the for loop below goes through one of these three.
-  const auto fail = [&](std::error_code reason, std::error_code report) {
-    stats.reason = reason;
-    result.error = report;
-  };
-  const auto abort = [&] {
-    fail(policy.cancellation.cancelled() ? std::error_code(errc::cancelled)
-                                         : std::error_code(asio::error::operation_aborted),
-         asio::error::operation_aborted);
-  };
-  const auto thrown = [&](std::exception_ptr e) {
-    fail(errc::unexpected_exception, errc::unexpected_exception);
-    stats.exception = e;
-    result.exception = std::move(e);
-  };
-  const auto cancelled = [&](const asio::cancellation_state& state) {
-    if (policy.cancellation.cancelled())
-      return true;
-    if constexpr (controlled)
-      return control->cancelled;
-    else
-      return state.cancelled() != asio::cancellation_type::none;
-  };
+  loop_result<T> result;            // the attempt in hand, and in the end what is reported
+  std::error_code last_error;
 
   bool armed = true;
   if constexpr (controlled)
@@ -151,19 +157,31 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats_out, Control control) 
     policy.budget->on_request(start);
 
   for (asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;;) {
-    if (!armed || cancelled(cs)) {
-      abort();
+    // Cancelled by the group, the caller's slot, or (plain path) the awaiting coroutine.
+    bool cancelled = !armed || policy.cancellation.cancelled();
+    if constexpr (controlled)
+      cancelled = cancelled || control->cancelled;
+    else
+      cancelled = cancelled || cs.cancelled() != asio::cancellation_type::none;
+    if (cancelled) {
+      exit::abort(result, stats, policy);
       break;
     }
-    const nanoseconds attempt_start = now();
+    // Between attempts: at the top of the loop again after a sleep, or for the first time.
+    if (result.error) {
+      last_error = result.error;
+      result.error = {};
+    }
+    const nanoseconds attempt_start = read_clock<clock>(clocked);
     if (const std::error_code why = sched.begin_attempt(attempt_start)) {
-      const verdict v = sched.stop(static_cast<errc>(why.value()), stats.last_error);
-      fail(v.stop, v.report);
+      const verdict v = sched.stop(static_cast<errc>(why.value()), last_error);
+      exit::fail(result, stats, v.stop, v.report);
       break;
     }
-    stats.attempts = sched.attempts();
+    if (stats)
+      stats->attempts = sched.attempts();
     attempt_context ctx(sched.attempts());
-    loop_result<T> out;
+    result.value.reset();
 
     bool by_deadline = false;
     if constexpr (controlled)
@@ -171,23 +189,23 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats_out, Control control) 
     try {
       if constexpr (error_as_value) {
         auto r = co_await call_op(op, ctx);
-        out.error = std::get<0>(r);
-        if (!out.error) {
+        result.error = std::get<0>(r);
+        if (!result.error) {
           if constexpr (std::is_void_v<T>)
-            out.value.emplace();
+            result.value.emplace();
           else
-            out.value.emplace(std::move(std::get<1>(r)));
+            result.value.emplace(std::move(std::get<1>(r)));
         }
       } else if constexpr (std::is_void_v<T>) {
         co_await call_op(op, ctx);
-        out.value.emplace();
+        result.value.emplace();
       } else {
-        out.value.emplace(co_await call_op(op, ctx));
+        result.value.emplace(co_await call_op(op, ctx));
       }
     } catch (const std::system_error& e) {
-      out.error = e.code();
+      result.error = e.code();
     } catch (...) {
-      out.exception = std::current_exception();
+      result.exception = std::current_exception();
     }
     bool cut = false;
     if constexpr (controlled) {
@@ -195,69 +213,75 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats_out, Control control) 
         // The attempt timer's emit marked this coroutine cancelled: clear that before awaiting.
         co_await asio::this_coro::reset_cancellation_state();
         cs = co_await asio::this_coro::cancellation_state;
-        if (!out.value) {
+        if (!result.value) {
           cut = by_deadline;
-          out.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
-          out.exception = nullptr;
+          result.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
+          result.exception = nullptr;
         }
       }
     }
-    if (out.exception) {
-      thrown(std::move(out.exception));
+    if (result.exception) {
+      exit::thrown(result, stats, std::move(result.exception));
       break;
     }
 
-    if (!out.error) {
+    if (!result.error) {
       bool rejected = false;
       if (policy.result_filter) {
         try {
-          rejected = policy.result_filter->call(&*out.value);
+          rejected = policy.result_filter->call(&*result.value);
         } catch (...) {
-          thrown(std::current_exception());
+          exit::thrown(result, stats, std::current_exception());
           break;
         }
       }
       if (!rejected) {
         if (policy.budget)
-          policy.budget->on_success(now());
-        stats.last_error = {};
-        stats.reason = {};
-        result.value = std::move(out.value);
+          policy.budget->on_success(read_clock<clock>(clocked));
+        if (stats)
+          stats->last_error = {};
         break;
       }
-      out.error = errc::result_rejected;
+      result.error = errc::result_rejected;
     }
 
     // A failed attempt. Cancellation wins over whatever the attempt reported.
-    stats.last_error = out.error;
-    if (cancelled(cs)) {
-      abort();
+    if (stats)
+      stats->last_error = result.error;
+    bool cancelled_now = policy.cancellation.cancelled();
+    if constexpr (controlled)
+      cancelled_now = cancelled_now || control->cancelled;
+    else
+      cancelled_now = cancelled_now || cs.cancelled() != asio::cancellation_type::none;
+    if (cancelled_now) {
+      exit::abort(result, stats, policy);
       break;
     }
     verdict v;
     try {
-      const nanoseconds t = now();
+      const nanoseconds t = read_clock<clock>(clocked);
       if (policy.budget)
         policy.budget->on_failure(t);
-      v = sched.after_failure({out.error, cut, ctx.retry_after()}, t);
+      v = sched.after_failure({result.error, cut, ctx.retry_after()}, t);
       if (!v.stop && policy.on_retry)
-        policy.on_retry(retry_event{sched.attempts(), out.error, v.delay, ctx.retry_after()});
+        policy.on_retry(retry_event{sched.attempts(), result.error, v.delay, ctx.retry_after()});
     } catch (...) {
-      thrown(std::current_exception());
+      exit::thrown(result, stats, std::current_exception());
       break;
     }
     if (v.stop) {
-      fail(v.stop, v.report);
-      if (!v.report)
-        result.value = std::move(out.value); // gave up on a rejected result: return it
+      exit::fail(result, stats, v.stop, v.report);
+      if (v.report)
+        result.value.reset(); // else: gave up on a rejected result, which is returned
       break;
     }
 
-    stats.slept += v.delay;
+    if (stats)
+      stats->slept += v.delay;
     try {
       if (v.delay == nanoseconds::zero()) {
         // An expired timer would cost a timerfd round trip; a post yields just as well.
-        co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+        co_await asio::post(asio::use_awaitable);
       } else {
         if (!sleep_timer)
           sleep_timer.emplace(co_await asio::this_coro::executor);
@@ -269,15 +293,15 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats_out, Control control) 
     } catch (const std::system_error&) {
       // Awaiting in a coroutine already cancelled throws; the top of the loop sees why.
     } catch (...) {
-      thrown(std::current_exception());
+      exit::thrown(result, stats, std::current_exception());
       break;
     }
   }
 
   if constexpr (controlled)
     control->disarm();
-  if (stats_out)
-    stats.elapsed = now() - start;
+  if (stats)
+    stats->elapsed = read_clock<clock>(clocked) - start;
 
   if constexpr (Throwing) {
     if (result.exception)
