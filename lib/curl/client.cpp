@@ -102,6 +102,10 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
     options_.max_idle_connections =
         options_.max_total_connections > 0 ? options_.max_total_connections : 64;
 
+  // Once per process, before any handle, from whichever thread makes the first client.
+  static const CURLcode global = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (global != CURLE_OK)
+    throw std::system_error(make_error_code(errc::failed_init), "curl_global_init");
   multi_ = curl_multi_init();
   if (!multi_)
     throw std::system_error(make_error_code(errc::failed_init), "curl_multi_init");
@@ -235,6 +239,10 @@ CURLcode client_impl::configure(transfer& t) {
   set(CURLOPT_PROTOCOLS_STR, "http,https");
   set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   set(CURLOPT_NOSIGNAL, 1L);
+  // Removing a handle whose threaded name lookup still runs would otherwise wait for the lookup
+  // (seconds, with a DNS server that does not answer), blocking every transfer and timer on the
+  // io_context. With this the lookup thread is left to finish on its own.
+  set(CURLOPT_QUICK_EXIT, 1L);
   set(CURLOPT_WRITEFUNCTION, &write_body);
   set(CURLOPT_WRITEDATA, static_cast<void*>(&t));
   set(CURLOPT_HEADERFUNCTION, &write_header);
@@ -661,7 +669,10 @@ client_stats client::stats() const noexcept {
 } // namespace coretry::curl
 
 namespace coretry::curl::detail {
-void client_access::add_waiting(client& c, std::ptrdiff_t delta) noexcept {
-  c.impl_->stats_.waiting.add(delta);
+const std::shared_ptr<client_impl>& client_access::impl(const client& c) noexcept {
+  return c.impl_;
+}
+void add_waiting(client_impl& impl, std::ptrdiff_t delta) noexcept {
+  impl.stats_.waiting.add(delta);
 }
 } // namespace coretry::curl::detail

@@ -137,7 +137,8 @@ TEST_CASE("other 4xx statuses are returned at once") {
   CHECK(server.requests() == 1);
 }
 
-TEST_CASE("Retry-After is honoured up to the policy's max_retry_after, whatever the backoff's cap") {
+TEST_CASE(
+    "Retry-After is honoured up to the policy's max_retry_after, whatever the backoff's cap") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
   client c(io.get_executor());
@@ -540,4 +541,59 @@ TEST_CASE("1,000 concurrent retrying requests complete once each within the conn
           s.peak_queued_requests, ", peak waiting retries ", s.peak_waiting_retries,
           ", server peak connections ", server.peak_connections(), ", wall ",
           std::chrono::duration_cast<std::chrono::milliseconds>(wall).count(), " ms");
+}
+
+TEST_CASE("a retry asleep when its client is destroyed, then its io_context: nothing is touched") {
+  // The usual declaration order: the io_context first, the client after it, so leaving the
+  // scope destroys the client first and the io_context then destroys the sleeping frame.
+  int completions = 0;
+  {
+    asio::io_context io;
+    http_fault_server server(io.get_executor());
+    server.push(http_action::with_status(503));
+    client c(io.get_executor());
+    auto policy = fast_policy(5);
+    policy.backoff = coretry::backoff::fixed(1h);
+    coretry::curl::async_retry(c, get(server.url()), policy,
+                               [&](std::error_code, response) { ++completions; });
+    run_until(io, [&] { return c.stats().waiting_retries == 1; });
+    CHECK(server.requests() == 1);
+  } // ASan: no use of the freed client from the frame's destruction
+  CHECK(completions == 0);
+}
+
+TEST_CASE("a retry asleep when its client is destroyed completes once with operation_aborted") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(503));
+  auto c = std::make_unique<client>(io.get_executor());
+  auto policy = fast_policy(5);
+  policy.backoff = coretry::backoff::fixed(1h);
+  int completions = 0;
+  std::error_code result;
+  coretry::retry_stats stats;
+  coretry::curl::async_retry(*c, get(server.url()), policy, [&](std::error_code ec, response) {
+    ++completions;
+    result = ec;
+  });
+  run_until(io, [&] { return c->stats().waiting_retries == 1; });
+  c.reset();
+  // A short sleep instead of the hour: run a second operation that proves the first starts no
+  // attempt. Simplest: a retry whose sleep ends at once, on a destroyed client.
+  auto c2 = std::make_unique<client>(io.get_executor());
+  auto quick = fast_policy(3);
+  server.push(http_action::with_status(503));
+  coretry::curl::async_retry(*c2, get(server.url()), quick, stats,
+                             [&](std::error_code ec, response) {
+                               ++completions;
+                               result = ec;
+                             });
+  run_until(io, [&] { return c2->stats().waiting_retries == 1; });
+  const auto sent = server.requests();
+  c2.reset(); // asleep for 1 ms: the next attempt finds the client gone
+  run_until(io, [&] { return completions == 1; });
+  CHECK(result == asio::error::operation_aborted);
+  CHECK(stats.reason == asio::error::operation_aborted);
+  CHECK(server.requests() == sent); // nothing more was sent
+  CHECK(completions == 1);          // the hour-long sleeper is still asleep, uncalled
 }

@@ -103,16 +103,36 @@ struct cancel_hook {
   void operator()(asio::cancellation_type type) const;
 };
 
-/// Lets `coretry::curl::retry` update the client's waiting-retries counter.
+/// Lets `coretry::curl::retry` reach the client's state without keeping the client alive.
 struct client_access {
-  static void add_waiting(client& c, std::ptrdiff_t delta) noexcept;
+  static const std::shared_ptr<client_impl>& impl(const client& c) noexcept;
 };
+/// Adds `delta` to the waiting-retries counter of `impl`.
+void add_waiting(client_impl& impl, std::ptrdiff_t delta) noexcept;
 
 /// Creates a transfer (not started yet).
 std::shared_ptr<transfer> make_transfer(const std::shared_ptr<client_impl>& impl, request req,
                                         std::unique_ptr<perform_completion> completion);
 /// Starts it on the client's strand.
 void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> t);
+
+/// `client::async_perform` on the client's state; `req` is already validated.
+template <class CompletionToken>
+auto async_perform(const std::shared_ptr<client_impl>& impl, const asio::any_io_executor& fallback,
+                   request req, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, response)>(
+      [impl, fallback](auto handler, request r) {
+        using handler_type = std::decay_t<decltype(handler)>;
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        auto t =
+            make_transfer(impl, std::move(r),
+                          std::make_unique<perform_op<handler_type>>(std::move(handler), fallback));
+        if (slot.is_connected())
+          slot.template emplace<cancel_hook>(cancel_hook{t});
+        submit(impl, std::move(t));
+      },
+      token, std::move(req));
+}
 
 } // namespace detail
 
@@ -166,18 +186,8 @@ public:
   /// `experimental::deferred`, `experimental::as_tuple(...)`.
   template <class CompletionToken> auto async_perform(request req, CompletionToken&& token) {
     req.validate();
-    return asio::async_initiate<CompletionToken, void(std::error_code, response)>(
-        [this](auto handler, request r) {
-          using handler_type = std::decay_t<decltype(handler)>;
-          auto slot = asio::get_associated_cancellation_slot(handler);
-          auto t = detail::make_transfer(
-              impl_, std::move(r),
-              std::make_unique<detail::perform_op<handler_type>>(std::move(handler), executor_));
-          if (slot.is_connected())
-            slot.template emplace<detail::cancel_hook>(detail::cancel_hook{t});
-          detail::submit(impl_, std::move(t));
-        },
-        token, std::move(req));
+    return detail::async_perform(impl_, executor_, std::move(req),
+                                 std::forward<CompletionToken>(token));
   }
 
   /// `co_await client.perform(req)`: as `async_perform`, throwing `std::system_error` on a

@@ -11,6 +11,7 @@
 #include <coretry/retry.hpp>
 
 #include <asio/awaitable.hpp>
+#include <asio/error.hpp>
 
 #include <memory>
 #include <utility>
@@ -19,27 +20,34 @@ namespace coretry::curl {
 namespace detail {
 
 // Shared by the attempt function and the on_retry hook of one retry operation; keeps the
-// client's waiting-retries counter right however the operation ends.
+// client's waiting-retries counter right however the operation ends. It refers to the client's
+// state weakly: a retry that outlives its client (asleep when the client is destroyed, say)
+// neither keeps the client's state alive nor touches it once gone; its next attempt fails with
+// `operation_aborted`, which is never retried.
 struct http_retry_state {
-  http_retry_state(client& c, request r) : cl(&c), req(std::move(r)) {}
+  http_retry_state(const client& c, request r)
+      : impl(client_access::impl(c)), executor(c.get_executor()), req(std::move(r)) {}
   ~http_retry_state() { wake(); }
   http_retry_state(const http_retry_state&) = delete;
   http_retry_state& operator=(const http_retry_state&) = delete;
 
   void sleep() noexcept {
-    if (!sleeping) {
-      sleeping = true;
-      client_access::add_waiting(*cl, 1);
-    }
+    if (!sleeping)
+      if (auto i = impl.lock()) {
+        sleeping = true;
+        add_waiting(*i, 1);
+      }
   }
   void wake() noexcept {
     if (sleeping) {
       sleeping = false;
-      client_access::add_waiting(*cl, -1);
+      if (auto i = impl.lock())
+        add_waiting(*i, -1);
     }
   }
 
-  client* cl;
+  std::weak_ptr<client_impl> impl;
+  asio::any_io_executor executor;
   request req;
   long last_status = 0; ///< the last attempt's status, 0 after a transport error
   bool sleeping = false;
@@ -49,7 +57,10 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
   return [st = std::move(st)](coretry::attempt_context& ctx) -> asio::awaitable<response> {
     st->wake();
     st->last_status = 0;
-    response r = co_await st->cl->perform(st->req);
+    auto impl = st->impl.lock();
+    if (!impl) // the client is gone
+      throw std::system_error(asio::error::operation_aborted);
+    response r = co_await async_perform(impl, st->executor, st->req, asio::use_awaitable);
     st->last_status = r.status;
     if (honours_retry_after(r.status))
       if (auto value = r.header("Retry-After"))
@@ -63,7 +74,8 @@ struct retryable_response {
   bool operator()(const response& r) const noexcept { return is_retryable_status(r.status); }
 };
 
-inline coretry::retry_policy make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state>& st) {
+inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
+                                              const std::shared_ptr<http_retry_state>& st) {
   if (!may_retry(st->req))
     p.max_attempts = 1;
   if (!p.retry_if)
@@ -118,7 +130,9 @@ inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
 /// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
 /// it holds no easy handle and no connection, and counts in `client_stats::waiting_retries`.
 ///
-/// `c` must outlive the operation. Thread safety: as `client::async_perform`.
+/// If `c` is destroyed while the operation runs, the transfer in flight is aborted and an
+/// operation asleep between attempts starts no further attempt: either way it completes once
+/// with `operation_aborted`. Thread safety: as `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
   auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
   return coretry::retry_async(std::move(attempt), std::move(p));
@@ -143,6 +157,15 @@ template <class CompletionToken>
 auto async_retry(client& c, request req, coretry::retry_policy policy, CompletionToken&& token) {
   auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
   return coretry::async_retry(c.get_executor(), std::move(attempt), std::move(p),
+                              std::forward<CompletionToken>(token));
+}
+
+/// As above, and fills `stats`, which must outlive the operation.
+template <class CompletionToken>
+auto async_retry(client& c, request req, coretry::retry_policy policy, coretry::retry_stats& stats,
+                 CompletionToken&& token) {
+  auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
+  return coretry::async_retry(c.get_executor(), std::move(attempt), std::move(p), stats,
                               std::forward<CompletionToken>(token));
 }
 
