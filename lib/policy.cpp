@@ -11,6 +11,10 @@ bool default_retry_if(const std::error_code& ec) noexcept {
   return ec != asio::error::operation_aborted && ec != errc::cancelled;
 }
 
+bool default_throttle_if(const std::error_code& ec) noexcept {
+  return ec == errc::attempt_timeout || ec == std::errc::timed_out;
+}
+
 void retry_policy::validate() const {
   if (max_attempts == 0)
     throw std::invalid_argument("coretry::retry_policy: max_attempts = 0 (must be at least 1)");

@@ -6,6 +6,7 @@
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
 #include <coretry/error.hpp>
+#include <coretry/overload.hpp>
 #include <coretry/random.hpp>
 
 #include <atomic>
@@ -58,6 +59,10 @@ enum class final_error : std::uint8_t {
 
 /// The default retry predicate: everything is retryable except cancellation.
 bool default_retry_if(const std::error_code& ec) noexcept;
+
+/// The default throttle predicate: an attempt that timed out (`errc::attempt_timeout`,
+/// `std::errc::timed_out`) slows the sending rate down.
+bool default_throttle_if(const std::error_code& ec) noexcept;
 
 /// The seed of an operation's jitter. Unset (the default), each operation draws a fresh seed.
 /// Set, the k-th operation started with this policy or any copy of it draws the stream
@@ -166,6 +171,15 @@ struct retry_policy {
   std::function<void(const retry_event&)> on_retry{};
   /// A budget shared with other operations; none by default.
   std::shared_ptr<retry_budget> budget{};
+  /// A circuit breaker shared by every operation towards one upstream; none by default. While it
+  /// refuses, attempts are not sent and the operation stops with `errc::circuit_open`.
+  std::shared_ptr<attempt_gate> breaker{};
+  /// A sending rate shared by the operations towards one upstream (first attempts included);
+  /// none by default.
+  std::shared_ptr<send_rate> rate_limit{};
+  /// Which attempt errors tell `rate_limit` to slow down; empty means `default_throttle_if`.
+  /// (`coretry::curl::retry` adds HTTP 429 and 503.)
+  std::function<bool(const std::error_code&)> throttle_if{};
   /// A group token; see `cancellation_source`.
   cancellation_token cancellation{};
   /// Seed for the jitter; see `jitter_seed`.

@@ -80,6 +80,14 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     p.max_attempts = 1;
   if (!p.retry_if)
     p.retry_if = [](const std::error_code& ec) { return is_retryable(ec); };
+  // A sending rate slows down on 429 and 503 and on timeouts, transport ones included.
+  p.throttle_if = [user = std::move(p.throttle_if), st](const std::error_code& ec) {
+    if (ec == coretry::errc::result_rejected)
+      return st->last_status == 429 || st->last_status == 503;
+    if (user)
+      return user(ec);
+    return coretry::default_throttle_if(ec) || ec == errc::operation_timedout;
+  };
   p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
     if (user) {
       if (e.error == coretry::errc::result_rejected && st->last_status != 0) {

@@ -95,7 +95,7 @@ inline bool needs_control(const retry_policy& p, bool caller_slot) noexcept {
 /// Whether the loop reads the clock at all: a call that succeeds at once should cost little
 /// more than awaiting the operation.
 inline bool needs_clock(const retry_policy& p, bool stats) noexcept {
-  return stats || p.deadline != unlimited || p.budget;
+  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit;
 }
 
 // --- The loop --------------------------------------------------------------------------------
@@ -149,6 +149,7 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
   std::optional<Timer> sleep_timer; // made at the first sleep: a first success needs none
   loop_result<T> result;            // the attempt in hand, and in the end what is reported
   std::error_code last_error;
+  bool have_token = false; // from `rate_limit`, for the next attempt
 
   bool armed = true;
   if constexpr (controlled)
@@ -173,107 +174,124 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
       result.error = {};
     }
     const nanoseconds attempt_start = read_clock<clock>(clocked);
-    if (const std::error_code why = sched.begin_attempt(attempt_start)) {
-      const verdict v = sched.stop(static_cast<errc>(why.value()), last_error);
-      exit::fail(result, stats, v.stop, v.report);
-      break;
-    }
-    if (stats)
-      stats->attempts = sched.attempts();
-    attempt_context ctx(sched.attempts());
-    result.value.reset();
-
-    bool by_deadline = false;
-    if constexpr (controlled)
-      control->start_attempt(sched.attempt_limit(attempt_start, by_deadline));
-    try {
-      if constexpr (error_as_value) {
-        auto r = co_await call_op(op, ctx);
-        result.error = std::get<0>(r);
-        if (!result.error) {
-          if constexpr (std::is_void_v<T>)
-            result.value.emplace();
-          else
-            result.value.emplace(std::move(std::get<1>(r)));
-        }
-      } else if constexpr (std::is_void_v<T>) {
-        co_await call_op(op, ctx);
-        result.value.emplace();
-      } else {
-        result.value.emplace(co_await call_op(op, ctx));
+    verdict v;
+    bool pacing = false; // this time round, only the wait for a send token
+    if (policy.rate_limit && !have_token) {
+      v = sched.pace(attempt_start);
+      if (v.stop) {
+        exit::fail(result, stats, v.stop, v.report);
+        break;
       }
-    } catch (const std::system_error& e) {
-      result.error = e.code();
-    } catch (...) {
-      result.exception = std::current_exception();
+      have_token = true;
+      pacing = v.delay > nanoseconds::zero();
     }
-    bool cut = false;
-    if constexpr (controlled) {
-      if (control->end_attempt()) {
-        // The attempt timer's emit marked this coroutine cancelled: clear that before awaiting.
-        co_await asio::this_coro::reset_cancellation_state();
-        cs = co_await asio::this_coro::cancellation_state;
-        if (!result.value) {
-          cut = by_deadline;
-          result.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
-          result.exception = nullptr;
+    if (!pacing) {
+      have_token = false;
+      if (const std::error_code why = sched.begin_attempt(attempt_start)) {
+        const verdict v = sched.stop(static_cast<errc>(why.value()), last_error);
+        exit::fail(result, stats, v.stop, v.report);
+        break;
+      }
+      if (stats)
+        stats->attempts = sched.attempts();
+      attempt_context ctx(sched.attempts());
+      result.value.reset();
+
+      bool by_deadline = false;
+      if constexpr (controlled)
+        control->start_attempt(sched.attempt_limit(attempt_start, by_deadline));
+      try {
+        if constexpr (error_as_value) {
+          auto r = co_await call_op(op, ctx);
+          result.error = std::get<0>(r);
+          if (!result.error) {
+            if constexpr (std::is_void_v<T>)
+              result.value.emplace();
+            else
+              result.value.emplace(std::move(std::get<1>(r)));
+          }
+        } else if constexpr (std::is_void_v<T>) {
+          co_await call_op(op, ctx);
+          result.value.emplace();
+        } else {
+          result.value.emplace(co_await call_op(op, ctx));
+        }
+      } catch (const std::system_error& e) {
+        result.error = e.code();
+      } catch (...) {
+        result.exception = std::current_exception();
+      }
+      bool cut = false;
+      if constexpr (controlled) {
+        if (control->end_attempt()) {
+          // The attempt timer's emit marked this coroutine cancelled: clear that before awaiting.
+          co_await asio::this_coro::reset_cancellation_state();
+          cs = co_await asio::this_coro::cancellation_state;
+          if (!result.value) {
+            cut = by_deadline;
+            result.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
+            result.exception = nullptr;
+          }
         }
       }
-    }
-    if (result.exception) {
-      exit::thrown(result, stats, std::move(result.exception));
-      break;
-    }
-
-    if (!result.error) {
-      bool rejected = false;
-      if (policy.result_filter) {
+      if (!result.exception && !result.error && policy.result_filter) {
         try {
-          rejected = policy.result_filter->call(&*result.value);
+          if (policy.result_filter->call(&*result.value))
+            result.error = errc::result_rejected;
         } catch (...) {
-          exit::thrown(result, stats, std::current_exception());
-          break;
+          result.exception = std::current_exception();
         }
       }
-      if (!rejected) {
+      // Cancellation wins over whatever the attempt reported.
+      bool cancelled_now = policy.cancellation.cancelled();
+      if constexpr (controlled)
+        cancelled_now = cancelled_now || control->cancelled;
+      else
+        cancelled_now = cancelled_now || cs.cancelled() != asio::cancellation_type::none;
+      if (policy.breaker || policy.rate_limit) {
+        try {
+          sched.record(result.error, cancelled_now || result.exception, read_clock<clock>(clocked));
+        } catch (...) {
+          if (!result.exception)
+            result.exception = std::current_exception();
+        }
+      }
+      if (result.exception) {
+        exit::thrown(result, stats, std::move(result.exception));
+        break;
+      }
+      if (!result.error) {
         if (policy.budget)
           policy.budget->on_success(read_clock<clock>(clocked));
         if (stats)
           stats->last_error = {};
         break;
       }
-      result.error = errc::result_rejected;
-    }
 
-    // A failed attempt. Cancellation wins over whatever the attempt reported.
-    if (stats)
-      stats->last_error = result.error;
-    bool cancelled_now = policy.cancellation.cancelled();
-    if constexpr (controlled)
-      cancelled_now = cancelled_now || control->cancelled;
-    else
-      cancelled_now = cancelled_now || cs.cancelled() != asio::cancellation_type::none;
-    if (cancelled_now) {
-      exit::abort(result, stats, policy);
-      break;
-    }
-    verdict v;
-    try {
-      const nanoseconds t = read_clock<clock>(clocked);
-      if (policy.budget)
-        policy.budget->on_failure(t);
-      v = sched.after_failure({result.error, cut, ctx.retry_after()}, t);
-      if (!v.stop && policy.on_retry)
-        policy.on_retry(retry_event{sched.attempts(), result.error, v.delay, ctx.retry_after()});
-    } catch (...) {
-      exit::thrown(result, stats, std::current_exception());
-      break;
-    }
-    if (v.stop) {
-      exit::fail(result, stats, v.stop, v.report);
-      if (v.report)
-        result.value.reset(); // else: gave up on a rejected result, which is returned
-      break;
+      // A failed attempt.
+      if (stats)
+        stats->last_error = result.error;
+      if (cancelled_now) {
+        exit::abort(result, stats, policy);
+        break;
+      }
+      try {
+        const nanoseconds t = read_clock<clock>(clocked);
+        if (policy.budget)
+          policy.budget->on_failure(t);
+        v = sched.after_failure({result.error, cut, ctx.retry_after()}, t);
+        if (!v.stop && policy.on_retry)
+          policy.on_retry(retry_event{sched.attempts(), result.error, v.delay, ctx.retry_after()});
+      } catch (...) {
+        exit::thrown(result, stats, std::current_exception());
+        break;
+      }
+      if (v.stop) {
+        exit::fail(result, stats, v.stop, v.report);
+        if (v.report)
+          result.value.reset(); // else: gave up on a rejected result, which is returned
+        break;
+      }
     }
 
     if (stats)

@@ -80,8 +80,47 @@ public:
   std::error_code begin_attempt(nanoseconds now) noexcept {
     if (has_deadline() && now >= deadline_)
       return errc::deadline_exceeded;
+    if (p_.breaker && !p_.breaker->try_acquire(now))
+      return errc::circuit_open;
     ++attempts_;
     return {};
+  }
+
+  /// Before an attempt, with a `rate_limit`: how long to wait for a send token, or why the loop
+  /// stops instead (a wait that would end at or past the deadline).
+  verdict pace(nanoseconds now) noexcept {
+    const nanoseconds wait = p_.rate_limit->acquire(now);
+    if (wait > nanoseconds::zero() && has_deadline() &&
+        (now >= deadline_ || wait >= deadline_ - now))
+      return {errc::deadline_exceeded, errc::deadline_exceeded};
+    return {{}, {}, wait};
+  }
+
+  /// Whether the policy would retry after `ec` (cancellation never).
+  bool retryable(const std::error_code& ec) const {
+    if (ec == asio::error::operation_aborted || ec == errc::cancelled)
+      return false;
+    return ec == errc::result_rejected || ec == errc::attempt_timeout ||
+           (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));
+  }
+
+  /// Tells the breaker and the sending rate how a granted attempt ended: `ec` empty on
+  /// success; `cancelled` when the caller stopped it.
+  void record(const std::error_code& ec, bool cancelled, nanoseconds now) const {
+    if (p_.breaker) {
+      if (cancelled)
+        p_.breaker->on_abandoned(now);
+      else if (ec && retryable(ec))
+        p_.breaker->on_failure(now);
+      else
+        p_.breaker->on_success(now);
+    }
+    if (p_.rate_limit && !cancelled) {
+      if (ec && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec)))
+        p_.rate_limit->on_throttle(now);
+      else
+        p_.rate_limit->on_success(now);
+    }
   }
 
   /// How long the attempt starting at `now` may run: the attempt timeout or what is left until
@@ -98,11 +137,8 @@ public:
     const std::error_code& ec = end.error;
     if (end.cut_by_deadline)
       return stop(errc::deadline_exceeded, ec);
-    const bool retryable = ec == errc::result_rejected || ec == errc::attempt_timeout ||
-                           (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));
-    // Cancellation is never retried, whatever the predicate says.
-    if (!retryable || ec == asio::error::operation_aborted || ec == errc::cancelled)
-      return {ec, ec == errc::result_rejected ? std::error_code{} : ec};
+    if (!retryable(ec))
+      return {ec, ec};
     if (attempts_ >= p_.max_attempts)
       return stop(errc::attempts_exhausted, ec);
     if (end.hint > p_.max_retry_after)

@@ -1,0 +1,45 @@
+#pragma once
+/// \file
+/// What the retry loop asks of the overload controls that many operations share: a gate that
+/// may refuse an attempt (a circuit breaker) and a sending rate that may delay one (adaptive
+/// rate limiting). `coretry::circuit_breaker` and `coretry::adaptive_rate_limiter` implement
+/// them; a service may plug in its own. Implementations are shared through `std::shared_ptr`,
+/// called from any thread, and must not block.
+///
+/// Every `now` is the time since the epoch of the loop's clock (`Timer::clock_type`), so the
+/// same object works under the manual test clock.
+
+#include <chrono>
+
+namespace coretry {
+
+/// May refuse an attempt before it is sent. The loop calls `try_acquire` before each attempt;
+/// when it returns false the attempt is not sent and the operation stops with
+/// `errc::circuit_open`. After an attempt it was granted, the loop calls exactly one of
+/// `on_success` (it succeeded, or failed in a way that says nothing about the upstream's health:
+/// an error the policy does not retry), `on_failure` (a retryable failure: the upstream is
+/// unwell), or `on_abandoned` (the caller cancelled it).
+class attempt_gate {
+public:
+  virtual ~attempt_gate() = default;
+  virtual bool try_acquire(std::chrono::nanoseconds now) noexcept = 0;
+  virtual void on_success(std::chrono::nanoseconds now) noexcept = 0;
+  virtual void on_failure(std::chrono::nanoseconds now) noexcept = 0;
+  virtual void on_abandoned(std::chrono::nanoseconds now) noexcept = 0;
+};
+
+/// Paces attempts, first attempts included. Before each attempt the loop calls `acquire`, which
+/// reserves a send token and returns how long to wait before sending (zero: now); the loop
+/// waits on its timer, holding no thread and no socket, and gives up with
+/// `errc::deadline_exceeded` rather than wait past the deadline. After the attempt it calls
+/// `on_throttle` when the attempt was throttled or timed out (see
+/// `retry_policy::throttle_if`), else `on_success`; nothing for a cancelled attempt.
+class send_rate {
+public:
+  virtual ~send_rate() = default;
+  virtual std::chrono::nanoseconds acquire(std::chrono::nanoseconds now) noexcept = 0;
+  virtual void on_throttle(std::chrono::nanoseconds now) noexcept = 0;
+  virtual void on_success(std::chrono::nanoseconds now) noexcept = 0;
+};
+
+} // namespace coretry

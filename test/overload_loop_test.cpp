@@ -1,0 +1,187 @@
+// How the loop uses a circuit breaker (attempt_gate) and a sending rate (send_rate): with
+// scripted fakes, on the manual clock.
+
+#include <coretry/overload.hpp>
+#include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
+
+#include <doctest/doctest.h>
+#include <support/test_ops.hpp>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/io_context.hpp>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+using namespace coretry::test;
+using namespace coretry::testing;
+using coretry::retry_policy;
+
+namespace {
+
+struct fake_gate final : coretry::attempt_gate {
+  bool open = false;
+  int granted = 0;
+  std::vector<std::string> log; ///< one entry per granted attempt
+  bool try_acquire(std::chrono::nanoseconds) noexcept override {
+    if (open)
+      return false;
+    ++granted;
+    return true;
+  }
+  void on_success(std::chrono::nanoseconds) noexcept override { log.push_back("success"); }
+  void on_failure(std::chrono::nanoseconds) noexcept override { log.push_back("failure"); }
+  void on_abandoned(std::chrono::nanoseconds) noexcept override { log.push_back("abandoned"); }
+};
+
+struct fake_rate final : coretry::send_rate {
+  std::deque<std::chrono::nanoseconds> waits;
+  int acquired = 0, throttled = 0, succeeded = 0;
+  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override {
+    ++acquired;
+    if (waits.empty())
+      return {};
+    auto w = waits.front();
+    waits.pop_front();
+    return w;
+  }
+  void on_throttle(std::chrono::nanoseconds) noexcept override { ++throttled; }
+  void on_success(std::chrono::nanoseconds) noexcept override { ++succeeded; }
+};
+
+struct run_result {
+  int completions = 0;
+  std::error_code error;
+  int value = 0;
+};
+
+run_result run(asio::io_context& io, scripted_op& op, const retry_policy& p,
+               coretry::retry_stats& stats) {
+  run_result r;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p, stats,
+      [&](std::error_code ec, int v) {
+        ++r.completions;
+        r.error = ec;
+        r.value = v;
+      });
+  drive(io, [&] { return r.completions > 0; });
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("an open breaker stops the operation before anything is sent") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  gate->open = true;
+  scripted_op op{{succeed(1)}};
+  retry_policy p{.max_attempts = 3};
+  p.breaker = gate;
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.completions == 1);
+  CHECK(r.error == coretry::errc::circuit_open); // no attempt error exists: the reason
+  CHECK(stats.reason == coretry::errc::circuit_open);
+  CHECK(stats.attempts == 0);
+  CHECK(op.calls == 0);
+  CHECK(gate->log.empty());
+}
+
+TEST_CASE("the breaker hears once about every attempt it granted") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  const auto denied = make_error_code(std::errc::permission_denied);
+  scripted_op op{{fail(refused), fail(refused), fail(denied)}};
+  retry_policy p{.max_attempts = 5, .backoff = coretry::backoff::fixed(10ms)};
+  p.retry_if = [&](const std::error_code& ec) { return ec != denied; };
+  p.breaker = gate;
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.error == denied);
+  // Refused twice (the upstream is unwell), then a permanent error: the upstream answered.
+  CHECK(gate->log == std::vector<std::string>{"failure", "failure", "success"});
+  CHECK(gate->granted == 3);
+
+  SUBCASE("and the breaker opening mid-way stops the retries") {
+    auto gate2 = std::make_shared<fake_gate>();
+    scripted_op op2{{fail(refused)}};
+    retry_policy p2{.max_attempts = 5, .backoff = coretry::backoff::fixed(10ms)};
+    p2.breaker = gate2;
+    p2.on_retry = [&](const coretry::retry_event&) { gate2->open = true; };
+    coretry::retry_stats s2;
+    const auto r2 = run(io, op2, p2, s2);
+    CHECK(r2.error == refused); // final_error::last_error: the last attempt's own error
+    CHECK(s2.reason == coretry::errc::circuit_open);
+    CHECK(op2.calls == 1);
+  }
+}
+
+TEST_CASE("a cancelled attempt is abandoned, not a failure, for the breaker") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  scripted_op op{{hang()}};
+  retry_policy p{.max_attempts = 3};
+  p.breaker = gate;
+  asio::cancellation_signal cancel;
+  int completions = 0;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p,
+      asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec, int) {
+        ++completions;
+        CHECK(ec == asio::error::operation_aborted);
+      }));
+  io.poll();
+  REQUIRE(op.calls == 1);
+  cancel.emit(asio::cancellation_type::terminal);
+  drive(io, [&] { return completions > 0; });
+  CHECK(completions == 1);
+  CHECK(gate->log == std::vector<std::string>{"abandoned"});
+}
+
+TEST_CASE("a sending rate delays first attempts and retries alike, on the timer") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto rate = std::make_shared<fake_rate>();
+  rate->waits = {50ms, 0ms, 30ms};
+  scripted_op op{{fail(refused), fail(refused), succeed(7)}};
+  retry_policy p{.max_attempts = 5, .backoff = coretry::backoff::fixed(10ms)};
+  p.rate_limit = rate;
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.value == 7);
+  // 50 ms for the first token; 10 ms backoff, no wait; 10 ms backoff, then 30 ms for a token.
+  CHECK(op.started == std::vector<manual_clock::duration>{50ms, 60ms, 100ms});
+  CHECK(rate->acquired == 3); // one token per attempt, however long the wait
+  CHECK(rate->throttled == 0);
+  CHECK(rate->succeeded == 3);
+}
+
+TEST_CASE("timeouts slow the sending rate down; a wait past the deadline stops the loop") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto rate = std::make_shared<fake_rate>();
+  rate->waits = {0ms, 5s};
+  scripted_op op{{hang()}};
+  retry_policy p{.max_attempts = 5,
+                 .deadline = 2s,
+                 .attempt_timeout = 100ms,
+                 .backoff = coretry::backoff::fixed(10ms)};
+  p.rate_limit = rate;
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.error == coretry::errc::deadline_exceeded);
+  CHECK(stats.reason == coretry::errc::deadline_exceeded);
+  CHECK(op.calls == 1);
+  CHECK(rate->throttled == 1);             // the attempt timeout
+  CHECK(manual_clock::elapsed() == 110ms); // no wait for a token that would come too late
+}
