@@ -307,7 +307,8 @@ TEST_CASE("chaos: every operation completes exactly once, whatever happens aroun
       for (auto& t : threads)
         t.join();
       work.reset();
-      io.reset(); // destroys every pending frame and handler, uncalled
+      signal_strands.clear(); // strands die before their io_context
+      io.reset();             // destroys every pending frame and handler, uncalled
       for (auto& src : shared)
         src.cancel(); // sources outliving the context: must touch nothing
       for (auto& src : own)
