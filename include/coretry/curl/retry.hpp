@@ -10,18 +10,26 @@
 #include <coretry/policy.hpp>
 #include <coretry/retry.hpp>
 
+#include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/error.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <memory>
+#include <system_error>
 #include <utility>
 
 namespace coretry::curl {
 namespace detail {
 
 // Shared by the attempt function and the on_retry hook of one retry operation; keeps the
-// client's waiting-retries counter right however the operation ends.
+// client's waiting-retries counter right however the operation ends. It refers to the client's
+// state weakly: a frame that outlives the client (asleep when the client was destroyed, then
+// destroyed with its io_context or resumed later) never touches freed memory, and an attempt
+// whose client is gone fails with operation_aborted, which the loop never retries.
 struct http_retry_state {
-  http_retry_state(client& c, request r) : cl(&c), req(std::move(r)) {}
+  http_retry_state(client& c, request r)
+      : impl(client_access::state(c)), executor(c.get_executor()), req(std::move(r)) {}
   ~http_retry_state() { wake(); }
   http_retry_state(const http_retry_state&) = delete;
   http_retry_state& operator=(const http_retry_state&) = delete;
@@ -29,17 +37,20 @@ struct http_retry_state {
   void sleep() noexcept {
     if (!sleeping) {
       sleeping = true;
-      client_access::add_waiting(*cl, 1);
+      if (auto i = impl.lock())
+        client_access::add_waiting(i, 1);
     }
   }
   void wake() noexcept {
     if (sleeping) {
       sleeping = false;
-      client_access::add_waiting(*cl, -1);
+      if (auto i = impl.lock())
+        client_access::add_waiting(i, -1);
     }
   }
 
-  client* cl;
+  std::weak_ptr<client_impl> impl;
+  asio::any_io_executor executor;
   request req;
   long last_status = 0; ///< the last attempt's status, 0 after a transport error
   bool sleeping = false;
@@ -49,7 +60,12 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
   return [st = std::move(st)](coretry::attempt_context& ctx) -> asio::awaitable<response> {
     st->wake();
     st->last_status = 0;
-    response r = co_await st->cl->perform(st->req);
+    auto impl = st->impl.lock();
+    if (!impl || !client_access::open(*impl))
+      throw std::system_error(asio::error::operation_aborted,
+                              "coretry::curl::retry: client destroyed");
+    response r =
+        co_await async_perform_on(std::move(impl), st->executor, st->req, asio::use_awaitable);
     st->last_status = r.status;
     if (honours_retry_after(r.status))
       if (auto value = r.header("Retry-After"))
@@ -63,7 +79,8 @@ struct retryable_response {
   bool operator()(const response& r) const noexcept { return is_retryable_status(r.status); }
 };
 
-inline coretry::retry_policy make_http_policy(coretry::retry_policy p, const std::shared_ptr<http_retry_state>& st) {
+inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
+                                              const std::shared_ptr<http_retry_state>& st) {
   if (!may_retry(st->req))
     p.max_attempts = 1;
   if (!p.retry_if)
@@ -118,7 +135,12 @@ inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
 /// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
 /// it holds no easy handle and no connection, and counts in `client_stats::waiting_retries`.
 ///
-/// `c` must outlive the operation. Thread safety: as `client::async_perform`.
+/// Lifetime: the operation does not keep `c` alive and `c` need not outlive it. When `c` is
+/// destroyed, an attempt in flight ends with `operation_aborted` (as every transfer does), and
+/// an operation asleep between attempts never starts another one: it wakes at the end of its
+/// delay (or earlier, when cancelled) and completes once with `operation_aborted`; destroyed
+/// unresumed with its execution context, it touches nothing of `c`. Thread safety: as
+/// `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
   auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
   return coretry::retry_async(std::move(attempt), std::move(p));
