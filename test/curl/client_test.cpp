@@ -19,19 +19,6 @@
 #include "test_util.hpp"
 #include <unistd.h>
 
-using namespace std::chrono_literals;
-using coretry::curl::client;
-using coretry::curl::client_options;
-using coretry::curl::errc;
-using coretry::curl::request;
-using coretry::curl::response;
-using coretry::test::get;
-using coretry::test::http_action;
-using coretry::test::http_fault_server;
-using coretry::test::run_for;
-using coretry::test::run_until;
-using coretry::test::run_until_done;
-
 namespace {
 constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
 

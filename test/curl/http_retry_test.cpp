@@ -13,19 +13,6 @@
 
 #include "test_util.hpp"
 
-using namespace std::chrono_literals;
-using coretry::curl::client;
-using coretry::curl::client_options;
-using coretry::curl::errc;
-using coretry::curl::request;
-using coretry::curl::response;
-using coretry::test::get;
-using coretry::test::http_action;
-using coretry::test::http_fault_server;
-using coretry::test::run_for;
-using coretry::test::run_until;
-using coretry::test::run_until_done;
-
 namespace {
 
 // Short, deterministic backoff: 1 ms, 2 ms, 4 ms ... capped at `max`, no jitter.
@@ -137,7 +124,8 @@ TEST_CASE("other 4xx statuses are returned at once") {
   CHECK(server.requests() == 1);
 }
 
-TEST_CASE("Retry-After is honoured up to the policy's max_retry_after, whatever the backoff's cap") {
+TEST_CASE(
+    "Retry-After is honoured up to the policy's max_retry_after, whatever the backoff's cap") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
   client c(io.get_executor());
@@ -540,4 +528,71 @@ TEST_CASE("1,000 concurrent retrying requests complete once each within the conn
           s.peak_queued_requests, ", peak waiting retries ", s.peak_waiting_retries,
           ", server peak connections ", server.peak_connections(), ", wall ",
           std::chrono::duration_cast<std::chrono::milliseconds>(wall).count(), " ms");
+}
+
+TEST_CASE("a retry asleep when its client is destroyed, then its io_context, touches nothing") {
+  // The usual declaration order: io_context first, client second. Leaving the scope destroys
+  // the client while the retry sleeps (a 5 s Retry-After), then the io_context destroys the
+  // sleeping frame, which must not reach back into the freed client (ASan checks).
+  int completions = 0;
+  {
+    asio::io_context io;
+    http_fault_server server(io.get_executor());
+    server.push(http_action::retry_after(503, "5"));
+    client c(io.get_executor());
+    coretry::curl::async_retry(c, get(server.url()), fast_policy(3),
+                               [&](std::error_code, response) { ++completions; });
+    run_until(io, [&] { return c.stats().waiting_retries == 1; });
+    CHECK(server.requests() == 1);
+  }
+  CHECK(completions == 0); // destroyed uncalled with its io_context, as Asio does
+}
+
+TEST_CASE("a retry whose client is destroyed while it sleeps completes once, sending nothing") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(503));
+  auto c = std::make_unique<client>(io.get_executor());
+  auto policy = fast_policy(5);
+  int retries = 0;
+  // The hook runs just before the sleep: the client goes away exactly then, deterministically.
+  policy.on_retry = [&](const coretry::retry_event&) {
+    ++retries;
+    c.reset();
+  };
+  int completions = 0;
+  std::error_code result;
+  response last;
+  coretry::curl::async_retry(*c, get(server.url()), policy, [&](std::error_code ec, response r) {
+    ++completions;
+    result = ec;
+    last = std::move(r);
+  });
+  run_until(io, [&] { return completions == 1; });
+  run_for(io, 20ms); // let any stray work land
+  CHECK(completions == 1);
+  CHECK(result == asio::error::operation_aborted);
+  CHECK(retries == 1);
+  CHECK(server.requests() == 1);
+}
+
+TEST_CASE("a retry whose client is destroyed mid-transfer completes once with operation_aborted") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::hang());
+  auto c = std::make_unique<client>(io.get_executor());
+  int completions = 0;
+  std::error_code result;
+  coretry::curl::async_retry(*c, get(server.url()), fast_policy(5),
+                             [&](std::error_code ec, response) {
+                               ++completions;
+                               result = ec;
+                             });
+  run_until(io, [&] { return server.requests() == 1; });
+  c.reset();
+  run_until(io, [&] { return completions == 1; });
+  run_for(io, 20ms);
+  CHECK(completions == 1);
+  CHECK(result == asio::error::operation_aborted);
+  CHECK(server.requests() == 1);
 }
