@@ -145,8 +145,8 @@ auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_exec
 ///
 /// No thread of its own, no polling: libcurl's sockets and timer are watched through Asio
 /// (`CURLMOPT_SOCKETFUNCTION`/`CURLMOPT_TIMERFUNCTION` and `curl_multi_socket_action`). Every
-/// libcurl call runs on an internal strand of the executor, so the io_context may be run by
-/// several threads and `perform` may be called from any of them.
+/// libcurl call runs in a handler on the executor, under the client's own lock, so the
+/// io_context may be run by several threads and `perform` may be called from any of them.
 ///
 /// Connections are reused (HTTP/1.1 keep-alive) and bounded by `client_options`; easy handles
 /// are pooled.
