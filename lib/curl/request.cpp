@@ -1,13 +1,15 @@
-// Validation of `request` and `client_options`: every bad field is a std::invalid_argument
-// naming the field and its value, thrown at the call, before anything reaches libcurl.
+// Validation of `request` (and the adapter's one way of reporting a bad field): every bad field
+// is a std::invalid_argument naming the field and its value, thrown at the call, before anything
+// reaches libcurl.
 
-#include <coretry/curl/client.hpp>
 #include <coretry/curl/request.hpp>
 
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+
+#include "invalid_argument.hpp"
 
 namespace coretry::curl {
 
@@ -41,8 +43,7 @@ std::string quoted(std::string_view v) {
 
 [[noreturn]] void bad(const char* where, const std::string& field, const std::string& value,
                       const char* rule) {
-  throw std::invalid_argument(std::string("coretry::curl::") + where + ": " + field + " = " +
-                              value + " (" + rule + ")");
+  throw_invalid(where, field, value, rule);
 }
 
 // RFC 9110 tchar.
@@ -85,16 +86,10 @@ void request::validate() const {
     bad("request", "body", std::to_string(body.size()) + " bytes", "a HEAD request has no body");
 }
 
-void client_options::validate() const {
-  if (max_total_connections < 0)
-    bad("client_options", "max_total_connections", std::to_string(max_total_connections),
-        "must be 0 (unlimited) or more");
-  if (max_host_connections < 0)
-    bad("client_options", "max_host_connections", std::to_string(max_host_connections),
-        "must be 0 (unlimited) or more");
-  if (max_idle_connections < 0)
-    bad("client_options", "max_idle_connections", std::to_string(max_idle_connections),
-        "must be 0 (the default) or more");
+void throw_invalid(const char* where, const std::string& field, const std::string& value,
+                   const char* rule) {
+  throw std::invalid_argument(std::string("coretry::curl::") + where + ": " + field + " = " +
+                              value + " (" + rule + ")");
 }
 
 } // namespace coretry::curl

@@ -19,19 +19,6 @@
 #include "test_util.hpp"
 #include <unistd.h>
 
-using namespace std::chrono_literals;
-using coretry::curl::client;
-using coretry::curl::client_options;
-using coretry::curl::errc;
-using coretry::curl::request;
-using coretry::curl::response;
-using coretry::test::get;
-using coretry::test::http_action;
-using coretry::test::http_fault_server;
-using coretry::test::run_for;
-using coretry::test::run_until;
-using coretry::test::run_until_done;
-
 namespace {
 constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
 
@@ -172,13 +159,12 @@ TEST_CASE("cancelling a transfer mid-body removes it and completes once with ope
                     ++completions;
                     result = ec;
                   }));
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    co_await coretry::test::sleep_for(40ms);
-    CHECK(c.stats().active_transfers == 1);
-    CHECK(c.stats().open_connections == 1);
-    signal.emit(type);
-    co_await coretry::test::sleep_for(20ms);
-  }());
+  // Mid-body: the request arrived and the 5 s body is streaming.
+  run_until(io, [&] { return server.requests() == 1; });
+  CHECK(c.stats().active_transfers == 1);
+  CHECK(c.stats().open_connections == 1);
+  signal.emit(type);
+  run_until(io, [&] { return completions == 1 && server.open_connections() == 0; });
   CHECK(completions == 1);
   CHECK(result == asio::error::operation_aborted);
   CHECK(c.stats().active_transfers == 0);
@@ -197,11 +183,9 @@ TEST_CASE("cancelling through a coroutine's slot aborts the awaiting perform") {
   asio::co_spawn(
       io, [&]() -> asio::awaitable<void> { co_await c.perform(get(server.url())); },
       asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e) { error = e; }));
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    co_await coretry::test::sleep_for(20ms);
-    signal.emit(asio::cancellation_type::terminal);
-    co_await coretry::test::sleep_for(10ms);
-  }());
+  run_until(io, [&] { return server.requests() == 1; });
+  signal.emit(asio::cancellation_type::terminal);
+  run_until(io, [&] { return error != nullptr; });
   REQUIRE(error);
   try {
     std::rethrow_exception(error);
@@ -271,11 +255,12 @@ TEST_CASE("destroying the client aborts transfers in flight and closes every con
         if (ec == asio::error::operation_aborted)
           ++aborted;
       });
-    co_await coretry::test::sleep_for(30ms);
-    CHECK(c->stats().open_connections == 3);
-    c.reset();
-    co_await coretry::test::sleep_for(10ms);
   }());
+  // The three hung requests arrived: the idle connection was reused, two more opened.
+  run_until(io, [&] { return server.requests() == 4; });
+  CHECK(c->stats().open_connections == 3);
+  c.reset();
+  run_until(io, [&] { return aborted == 3 && server.open_connections() == 0; });
   CHECK(aborted == 3);
   CHECK(server.open_connections() == 0);
 }
@@ -568,8 +553,8 @@ TEST_CASE("connection limits: per host, idle cache and handle pool are bounded")
     for (int i = 0; i < 8; ++i)
       c.async_perform(get(server.url()),
                       [&](std::error_code ec, response r) { ok += !ec && r.status == 200; });
-    run_until(io, [&] { return ok == 8; });
-    run_for(io, 10ms);
+    // libcurl closes the idle surplus as the transfers end; the server sees it a little later.
+    run_until(io, [&] { return ok == 8 && server.open_connections() == 2; });
     const auto s = c.stats();
     CHECK(s.peak_active_transfers == 8);
     CHECK(s.peak_open_connections == 8);
@@ -598,15 +583,16 @@ TEST_CASE("no descriptor outlives the client, resolver socketpairs included") {
         c.async_perform(get(server.url()), [&](std::error_code ec, response) {
           aborted += ec == asio::error::operation_aborted;
         });
-      co_await coretry::test::sleep_for(20ms);
     }());
+    run_until(io, [&] { return server.requests() == 4; });
     CHECK(coretry::test::open_fds() > baseline);
     // The named host's connection idle; the numeric host's one reused by a hung transfer, a
     // second one opened for the other.
     CHECK(c.stats().open_connections == 3);
     CHECK(c.stats().active_transfers == 2);
   }
-  run_for(io, 20ms); // let the aborted handlers run and the server see the closes
+  // The aborted handlers run and the server sees the closes.
+  run_until(io, [&] { return aborted == 2 && server.open_connections() == 0; });
   CHECK(aborted == 2);
   CHECK(server.open_connections() == 0);
   CHECK(coretry::test::open_fds() == baseline);
@@ -615,7 +601,9 @@ TEST_CASE("no descriptor outlives the client, resolver socketpairs included") {
 TEST_CASE("a client may be destroyed while other threads run its io_context") {
   asio::io_context server_io;
   http_fault_server server(server_io.get_executor());
-  server.set_default(http_action::slow_body(std::string(4000, 'x'), 1ms, 8));
+  // 40,000 bytes, 8 every millisecond: 5 s a body, so every transfer is still running when
+  // the client is destroyed, whatever the machine's load.
+  server.set_default(http_action::slow_body(std::string(40000, 'x'), 1ms, 8));
   auto server_work = asio::make_work_guard(server_io);
   std::thread server_thread([&] { server_io.run(); });
 
@@ -634,17 +622,17 @@ TEST_CASE("a client may be destroyed while other threads run its io_context") {
           aborted += ec == asio::error::operation_aborted;
         });
       // Destroy while bodies stream in: socket and timer handlers are running on t1 and t2.
-      const auto limit = std::chrono::steady_clock::now() + 5s;
-      while (c.stats().active_transfers < 8 && std::chrono::steady_clock::now() < limit)
-        std::this_thread::sleep_for(1ms);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5 + 5 * round));
+      // The short sleep only varies the moment; nothing asserted depends on it.
+      while (c.stats().active_transfers < 8) // atomic counters: readable from any thread
+        std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1 + 2 * round));
     }
     work.reset();
     t1.join();
     t2.join();
     for (const auto& n : calls)
       CHECK(n == 1);
-    CHECK(aborted > 0);
+    CHECK(aborted == 16); // 8 mid-body, 8 queued
   }
   asio::post(server_io, [&] {
     server.stop();
@@ -719,12 +707,10 @@ TEST_CASE("connect_timeout bounds the connection set-up") {
   client& c = *cp;
   auto req = get("http://127.0.0.1:" + std::to_string(ep.port()) + "/");
   req.connect_timeout = 100ms;
-  const auto start = std::chrono::steady_clock::now();
+  // The connect neither succeeds nor is refused: only connect_timeout can end it, so a timeout
+  // error is the proof (no wall-clock window needed).
   const auto ec = perform_error(io, c, req);
-  const auto took = std::chrono::steady_clock::now() - start;
   CHECK(ec == errc::operation_timedout);
-  CHECK(took >= 90ms);
-  CHECK(took < 1s);
   // libcurl 7.88 closes a socket whose connect timed out without CLOSESOCKETFUNCTION: the
   // client notices (the counter is right) and never closes that number again.
   CHECK(c.stats().open_connections == 0);

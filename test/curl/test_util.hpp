@@ -1,7 +1,10 @@
 #pragma once
 // Helpers shared by the curl adapter's tests.
 
+#include <coretry/curl/client.hpp>
 #include <coretry/curl/request.hpp>
+
+#include <support/http_fault_server.hpp>
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -108,3 +111,17 @@ inline void raise_fd_limit() {
 }
 
 } // namespace coretry::test
+
+// The names every curl test file uses (test files only include this header).
+using namespace std::chrono_literals;
+using coretry::curl::client;
+using coretry::curl::client_options;
+using coretry::curl::errc;
+using coretry::curl::request;
+using coretry::curl::response;
+using coretry::test::get;
+using coretry::test::http_action;
+using coretry::test::http_fault_server;
+using coretry::test::run_for;
+using coretry::test::run_until;
+using coretry::test::run_until_done;

@@ -103,25 +103,30 @@ struct cancel_hook {
   void operator()(asio::cancellation_type type) const;
 };
 
-/// Lets `coretry::curl::retry` reach the client's state without keeping the client alive.
+/// What `coretry::curl::retry` needs of a client: its shared state, which a sleeping retry
+/// holds only weakly (see `retry`), and the waiting-retries counter.
 struct client_access {
-  static const std::shared_ptr<client_impl>& impl(const client& c) noexcept;
+  static std::weak_ptr<client_impl> state(const client& c) noexcept;
+  /// Whether `impl` still takes transfers (its client has not been destroyed).
+  static bool open(const client_impl& impl) noexcept;
+  static void add_waiting(const std::shared_ptr<client_impl>& impl, std::ptrdiff_t delta) noexcept;
 };
-/// Adds `delta` to the waiting-retries counter of `impl`.
-void add_waiting(client_impl& impl, std::ptrdiff_t delta) noexcept;
 
 /// Creates a transfer (not started yet).
 std::shared_ptr<transfer> make_transfer(const std::shared_ptr<client_impl>& impl, request req,
                                         std::unique_ptr<perform_completion> completion);
-/// Starts it on the client's strand.
+/// Hands it to the client (queued or started, on the client's executor, never inline).
 void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> t);
 
-/// `client::async_perform` on the client's state; `req` is already validated.
+/// `client::async_perform` on the client state `impl`; `fallback` is the executor of handlers
+/// that have none associated.
 template <class CompletionToken>
-auto async_perform(const std::shared_ptr<client_impl>& impl, const asio::any_io_executor& fallback,
-                   request req, CompletionToken&& token) {
+auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_executor& fallback,
+                      request req, CompletionToken&& token) {
+  req.validate();
   return asio::async_initiate<CompletionToken, void(std::error_code, response)>(
-      [impl, fallback](auto handler, request r) {
+      [](auto handler, std::shared_ptr<client_impl> impl, asio::any_io_executor fallback,
+         request r) {
         using handler_type = std::decay_t<decltype(handler)>;
         auto slot = asio::get_associated_cancellation_slot(handler);
         auto t =
@@ -131,7 +136,7 @@ auto async_perform(const std::shared_ptr<client_impl>& impl, const asio::any_io_
           slot.template emplace<cancel_hook>(cancel_hook{t});
         submit(impl, std::move(t));
       },
-      token, std::move(req));
+      token, std::move(impl), fallback, std::move(req));
 }
 
 } // namespace detail
@@ -140,18 +145,21 @@ auto async_perform(const std::shared_ptr<client_impl>& impl, const asio::any_io_
 ///
 /// No thread of its own, no polling: libcurl's sockets and timer are watched through Asio
 /// (`CURLMOPT_SOCKETFUNCTION`/`CURLMOPT_TIMERFUNCTION` and `curl_multi_socket_action`). Every
-/// libcurl call runs on an internal strand of the executor, so the io_context may be run by
-/// several threads and `perform` may be called from any of them.
+/// libcurl call runs in a handler on the executor, under the client's own lock, so the
+/// io_context may be run by several threads and `perform` may be called from any of them.
 ///
 /// Connections are reused (HTTP/1.1 keep-alive) and bounded by `client_options`; easy handles
 /// are pooled.
 ///
 /// Thread safety: distinct clients are independent; one client may be used from any thread.
-/// It may be destroyed on any thread, also while other threads run its executor (the handler
-/// running on its strand, if any, is waited for), but not concurrently with a call on it, and
-/// before its execution context. Destruction aborts the operations in flight (their handlers
-/// get `asio::error::operation_aborted`, posted to their executors), closes every connection at
-/// once and releases libcurl's handles.
+/// It may be destroyed on any thread, also while other threads run its executor (the client's
+/// handler running at that moment, if any, is waited for), but not concurrently with a call on
+/// it, and before its execution context (the usual declaration order does this: io_context
+/// first, client second). Destruction aborts the transfers in
+/// flight (their handlers get `asio::error::operation_aborted`, posted to their executors),
+/// closes every connection at once and releases libcurl's handles; a `coretry::curl::retry`
+/// asleep at that moment holds no reference to the client and ends with `operation_aborted`
+/// without another attempt (see `retry`).
 class client {
 public:
   using executor_type = asio::any_io_executor;
@@ -185,9 +193,8 @@ public:
   /// Works with any completion token: callbacks, `use_awaitable`, `use_future`,
   /// `experimental::deferred`, `experimental::as_tuple(...)`.
   template <class CompletionToken> auto async_perform(request req, CompletionToken&& token) {
-    req.validate();
-    return detail::async_perform(impl_, executor_, std::move(req),
-                                 std::forward<CompletionToken>(token));
+    return detail::async_perform_on(impl_, executor_, std::move(req),
+                                    std::forward<CompletionToken>(token));
   }
 
   /// `co_await client.perform(req)`: as `async_perform`, throwing `std::system_error` on a

@@ -10,10 +10,13 @@
 #include <coretry/policy.hpp>
 #include <coretry/retry.hpp>
 
+#include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/error.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <memory>
+#include <system_error>
 #include <utility>
 
 namespace coretry::curl {
@@ -21,28 +24,28 @@ namespace detail {
 
 // Shared by the attempt function and the on_retry hook of one retry operation; keeps the
 // client's waiting-retries counter right however the operation ends. It refers to the client's
-// state weakly: a retry that outlives its client (asleep when the client is destroyed, say)
-// neither keeps the client's state alive nor touches it once gone; its next attempt fails with
-// `operation_aborted`, which is never retried.
+// state weakly: a frame that outlives the client (asleep when the client was destroyed, then
+// destroyed with its io_context or resumed later) never touches freed memory, and an attempt
+// whose client is gone fails with operation_aborted, which the loop never retries.
 struct http_retry_state {
-  http_retry_state(const client& c, request r)
-      : impl(client_access::impl(c)), executor(c.get_executor()), req(std::move(r)) {}
+  http_retry_state(client& c, request r)
+      : impl(client_access::state(c)), executor(c.get_executor()), req(std::move(r)) {}
   ~http_retry_state() { wake(); }
   http_retry_state(const http_retry_state&) = delete;
   http_retry_state& operator=(const http_retry_state&) = delete;
 
   void sleep() noexcept {
-    if (!sleeping)
-      if (auto i = impl.lock()) {
-        sleeping = true;
-        add_waiting(*i, 1);
-      }
+    if (!sleeping) {
+      sleeping = true;
+      if (auto i = impl.lock())
+        client_access::add_waiting(i, 1);
+    }
   }
   void wake() noexcept {
     if (sleeping) {
       sleeping = false;
       if (auto i = impl.lock())
-        add_waiting(*i, -1);
+        client_access::add_waiting(i, -1);
     }
   }
 
@@ -58,9 +61,11 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
     st->wake();
     st->last_status = 0;
     auto impl = st->impl.lock();
-    if (!impl) // the client is gone
-      throw std::system_error(asio::error::operation_aborted);
-    response r = co_await async_perform(impl, st->executor, st->req, asio::use_awaitable);
+    if (!impl || !client_access::open(*impl))
+      throw std::system_error(asio::error::operation_aborted,
+                              "coretry::curl::retry: client destroyed");
+    response r =
+        co_await async_perform_on(std::move(impl), st->executor, st->req, asio::use_awaitable);
     st->last_status = r.status;
     if (honours_retry_after(r.status))
       if (auto value = r.header("Retry-After"))
@@ -138,9 +143,12 @@ inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
 /// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
 /// it holds no easy handle and no connection, and counts in `client_stats::waiting_retries`.
 ///
-/// If `c` is destroyed while the operation runs, the transfer in flight is aborted and an
-/// operation asleep between attempts starts no further attempt: either way it completes once
-/// with `operation_aborted`. Thread safety: as `client::async_perform`.
+/// Lifetime: the operation does not keep `c` alive and `c` need not outlive it. When `c` is
+/// destroyed, an attempt in flight ends with `operation_aborted` (as every transfer does), and
+/// an operation asleep between attempts never starts another one: it wakes at the end of its
+/// delay (or earlier, when cancelled) and completes once with `operation_aborted`; destroyed
+/// unresumed with its execution context, it touches nothing of `c`. Thread safety: as
+/// `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
   auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
   return coretry::retry_async(std::move(attempt), std::move(p));

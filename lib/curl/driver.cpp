@@ -1,0 +1,318 @@
+// Drives one libcurl multi handle from Asio: socket and timer callbacks, waits, done messages.
+//
+// Serialization rule (the whole client follows it): one lock, no strand. Every piece of a
+// client's state, the driver's below and the transfer queue above it, is touched only with the
+// client's mutex held: by the handlers of the waits and the timer armed here, by the posted
+// submit and cancel handlers, and by shutdown(), which the client's destructor may run on any
+// thread while other threads run the executor. Every handler first locks the owner's weak
+// reference (a handler that outlives the client does nothing), then the mutex, then checks
+// `shut_`. The lock is uncontended except between io threads running this client's handlers at
+// once and against a destructor; it is never held while a completion handler runs (those are
+// posted to their own executors). libcurl's callbacks run inside curl_multi_* calls made with
+// the lock held: they record what libcurl wants and arm waits, and never call curl_multi_*
+// (libcurl refuses recursive calls); finished handles are removed after
+// curl_multi_socket_action returns.
+
+#include "driver.hpp"
+
+#include <coretry/curl/error.hpp>
+
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+
+#include <chrono>
+#include <system_error>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace coretry::curl::detail {
+
+multi_driver::multi_driver(asio::any_io_executor ex, std::mutex& mutex, owner& o, counter& open,
+                           const multi_limits& limits)
+    : ex_(std::move(ex)), mutex_(mutex), owner_(o), open_(open), timer_(ex_) {
+  multi_ = curl_multi_init();
+  if (!multi_)
+    throw std::system_error(make_error_code(errc::failed_init), "curl_multi_init");
+  curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &multi_driver::on_socket);
+  curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
+  curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &multi_driver::on_timer);
+  curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
+  curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, limits.max_idle_connections);
+  curl_multi_setopt(multi_, CURLMOPT_MAX_TOTAL_CONNECTIONS, limits.max_total_connections);
+  curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, limits.max_host_connections);
+}
+
+multi_driver::~multi_driver() {
+  if (multi_)
+    curl_multi_cleanup(multi_);
+}
+
+template <class F> auto multi_driver::locked(F f) const {
+  return [life = life_, self = const_cast<multi_driver*>(this), f](auto&&... args) {
+    if (auto keep = life.lock()) {
+      std::lock_guard lock(self->mutex_);
+      if (!self->shut_)
+        f(*self, args...);
+    }
+  };
+}
+
+CURLcode multi_driver::install_socket_callbacks(CURL* easy) {
+  CURLcode rc = curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, &multi_driver::on_open_socket);
+  if (rc == CURLE_OK)
+    rc = curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, static_cast<void*>(this));
+  if (rc == CURLE_OK)
+    rc = curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, &multi_driver::on_close_socket);
+  if (rc == CURLE_OK)
+    rc = curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, static_cast<void*>(this));
+  return rc;
+}
+
+CURLMcode multi_driver::add(CURL* easy) {
+  return curl_multi_add_handle(multi_, easy);
+}
+
+void multi_driver::remove(CURL* easy) {
+  curl_multi_remove_handle(multi_, easy);
+}
+
+void multi_driver::shutdown() {
+  if (shut_)
+    return;
+  shut_ = true;
+  timer_.cancel();
+  // The multi first: its cache closes idle connections through on_close_socket.
+  curl_multi_cleanup(multi_);
+  multi_ = nullptr;
+  // What remains: our dup()s of libcurl's own descriptors (closed here), and sockets libcurl
+  // closed without the close callback (released, never closed: the number may be reused).
+  for (auto& [fd, s] : sockets_) {
+    std::error_code ec;
+    if (s->foreign) {
+      s->desc.close(ec);
+    } else {
+      s->desc.release();
+      open_.add(-1);
+    }
+    (void)fd;
+  }
+  sockets_.clear();
+}
+
+void multi_driver::socket_action(curl_socket_t fd, int events) {
+  int running = 0;
+  curl_multi_socket_action(multi_, fd, events, &running);
+  drain_messages();
+}
+
+void multi_driver::drain_messages() {
+  int left = 0;
+  bool freed = false;
+  while (CURLMsg* msg = curl_multi_info_read(multi_, &left)) {
+    if (msg->msg != CURLMSG_DONE)
+      continue;
+    owner_.transfer_done(msg->easy_handle, msg->data.result);
+    freed = true;
+  }
+  if (freed)
+    owner_.transfers_freed();
+}
+
+// Arms the waits libcurl wants on `s` that are not armed yet. A descriptor that is already
+// ready gets its event posted: Asio's epoll reactor registers descriptors edge-triggered and
+// does not test readiness for async_wait, so a wait armed after data already arrived (libcurl
+// reads at most one buffer per call) would sleep until the next packet.
+void multi_driver::arm(socket_entry& s) {
+  if (shut_)
+    return;
+  const bool want_read = (s.want & CURL_POLL_IN) != 0 && !s.reading;
+  const bool want_write = (s.want & CURL_POLL_OUT) != 0 && !s.writing;
+  if (!want_read && !want_write)
+    return;
+  pollfd p{s.desc.native_handle(),
+           static_cast<short>((want_read ? POLLIN : 0) | (want_write ? POLLOUT : 0)), 0};
+  const int ready = ::poll(&p, 1, 0);
+  const bool error = ready > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
+  auto arm_one = [&](bool write) {
+    (write ? s.writing : s.reading) = true;
+    const bool now = ready > 0 && (error || (p.revents & (write ? POLLOUT : POLLIN)) != 0);
+    auto handler = locked([fd = s.fd, id = s.id, write](multi_driver& d, std::error_code ec) {
+      d.on_wait(fd, id, write, ec);
+    });
+    if (now)
+      asio::post(ex_, [handler] { handler(std::error_code()); });
+    else
+      s.desc.async_wait(write ? asio::posix::descriptor_base::wait_write
+                              : asio::posix::descriptor_base::wait_read,
+                        handler);
+  };
+  if (want_read)
+    arm_one(false);
+  if (want_write)
+    arm_one(true);
+}
+
+void multi_driver::on_wait(curl_socket_t fd, std::uint64_t id, bool write, std::error_code ec) {
+  auto it = sockets_.find(fd);
+  if (it == sockets_.end() || it->second->id != id)
+    return; // the socket was closed (or its number reused) since the wait was armed
+  socket_entry& s = *it->second;
+  (write ? s.writing : s.reading) = false;
+  const int direction = write ? CURL_POLL_OUT : CURL_POLL_IN;
+  if (ec == asio::error::operation_aborted || (s.want & direction) == 0) {
+    arm(s); // cancelled by a CURL_POLL_REMOVE or a change of interest: re-arm what is wanted
+    return;
+  }
+  socket_action(fd, ec ? CURL_CSELECT_ERR : (write ? CURL_CSELECT_OUT : CURL_CSELECT_IN));
+  // Look the socket up again: libcurl may have closed it, or reopened the same number.
+  auto again = sockets_.find(fd);
+  if (again != sockets_.end())
+    arm(*again->second);
+}
+
+void multi_driver::on_timer_fired(std::uint64_t generation, std::error_code ec) {
+  if (ec || generation != timer_generation_)
+    return;
+  socket_action(CURL_SOCKET_TIMEOUT, 0);
+}
+
+// --- libcurl callbacks: record and arm only, never call curl_multi_* -----------------------
+
+// Whether `s`, a socket opened in on_open_socket, is still the open file it was. libcurl 7.88
+// closes some of them without CURLOPT_CLOSESOCKETFUNCTION (a connect that timed out, measured),
+// after which the number may name another file (one of libcurl's own descriptors, another
+// socket, anything the process opened).
+bool multi_driver::still_open(const socket_entry& s) noexcept {
+  struct stat st {};
+  return ::fstat(s.fd, &st) == 0 && st.st_dev == s.dev && st.st_ino == s.ino;
+}
+
+// Drops the entry of a socket libcurl closed behind our back: releases the number without
+// closing it (it is closed already, or belongs to someone else now), cancels its waits.
+void multi_driver::forget_closed(socket_table::iterator it) {
+  it->second->desc.release();
+  sockets_.erase(it);
+  open_.add(-1);
+}
+
+int multi_driver::on_socket(CURL*, curl_socket_t fd, int what, void* userp, void*) {
+  auto* self = static_cast<multi_driver*>(userp);
+  auto it = self->sockets_.find(fd);
+  if (it != self->sockets_.end() && !it->second->foreign && !still_open(*it->second)) {
+    self->forget_closed(it);
+    it = self->sockets_.end();
+  }
+  if (what == CURL_POLL_REMOVE) {
+    if (it == self->sockets_.end())
+      return 0;
+    socket_entry& s = *it->second;
+    s.want = 0;
+    std::error_code ec;
+    if (s.foreign) {
+      s.desc.close(ec); // our dup() only; libcurl closes its own descriptor
+      self->sockets_.erase(it);
+    } else {
+      s.desc.cancel(ec);
+    }
+    return 0;
+  }
+  if (it == self->sockets_.end()) {
+    // A descriptor libcurl opened itself (the threaded resolver's socketpair): watch a dup so
+    // that libcurl closing its number can never close or confuse ours.
+    const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0)
+      return 0; // cannot watch it; libcurl's timeouts still drive the transfer
+    auto s = std::make_unique<socket_entry>(self->ex_);
+    std::error_code ec;
+    s->desc.assign(copy, ec);
+    if (ec) {
+      ::close(copy);
+      return 0;
+    }
+    s->fd = fd;
+    s->id = ++self->next_socket_id_;
+    s->foreign = true;
+    it = self->sockets_.emplace(fd, std::move(s)).first;
+  }
+  it->second->want = what;
+  self->arm(*it->second);
+  return 0;
+}
+
+int multi_driver::on_timer(CURLM*, long timeout_ms, void* userp) {
+  auto* self = static_cast<multi_driver*>(userp);
+  ++self->timer_generation_;
+  if (timeout_ms < 0) {
+    self->timer_.cancel();
+    return 0;
+  }
+  if (self->shut_)
+    return 0;
+  auto handler =
+      self->locked([generation = self->timer_generation_](multi_driver& d, std::error_code ec) {
+        d.on_timer_fired(generation, ec);
+      });
+  if (timeout_ms == 0) {
+    // Never act synchronously (we are inside libcurl); a post is cheaper than an expired timer.
+    self->timer_.cancel();
+    asio::post(self->ex_, [handler] { handler(std::error_code()); });
+  } else {
+    self->timer_.expires_after(std::chrono::milliseconds(timeout_ms));
+    self->timer_.async_wait(handler);
+  }
+  return 0;
+}
+
+curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_sockaddr* addr) {
+  auto* self = static_cast<multi_driver*>(clientp);
+  const int fd = ::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+  if (fd < 0)
+    return CURL_SOCKET_BAD;
+  if (auto old = self->sockets_.find(fd); old != self->sockets_.end()) {
+    // A stale entry for a descriptor libcurl closed without telling us (the number was free for
+    // socket() to return): close our dup of a foreign one; never close the number of one of
+    // ours, which is the socket just opened.
+    if (old->second->foreign) {
+      std::error_code ec;
+      old->second->desc.close(ec);
+      self->sockets_.erase(old);
+    } else {
+      self->forget_closed(old);
+    }
+  }
+  auto s = std::make_unique<socket_entry>(self->ex_);
+  std::error_code ec;
+  s->desc.assign(fd, ec);
+  if (ec) {
+    ::close(fd);
+    return CURL_SOCKET_BAD;
+  }
+  s->fd = fd;
+  s->id = ++self->next_socket_id_;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) {
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+  }
+  self->sockets_.emplace(fd, std::move(s));
+  self->open_.add(1);
+  return fd;
+}
+
+int multi_driver::on_close_socket(void* clientp, curl_socket_t fd) {
+  auto* self = static_cast<multi_driver*>(clientp);
+  auto it = self->sockets_.find(fd);
+  if (it == self->sockets_.end() || it->second->foreign)
+    return ::close(fd);
+  std::error_code ec;
+  it->second->desc.close(ec); // cancels its waits and closes the descriptor
+  self->sockets_.erase(it);
+  self->open_.add(-1);
+  return 0;
+}
+
+} // namespace coretry::curl::detail
