@@ -117,8 +117,11 @@ void adaptive_rate_limiter::apply_pending() noexcept {
 }
 
 void adaptive_rate_limiter::measure(std::int64_t now_ns, std::uint64_t responses) noexcept {
-  if (now_ns == none)
+  if (now_ns == none) {
+    // A response published its count but not yet its time: count it, it will bring its time.
+    measure_count_ += responses;
     return;
+  }
   const std::int64_t width = options_.measure_interval.count();
   const std::int64_t k = now_ns >= 0 ? now_ns / width : -((-now_ns + width - 1) / width);
   if (measure_bucket_ == none) {
