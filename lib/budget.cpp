@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "window.hpp"
+
 namespace coretry {
 namespace {
 
@@ -48,31 +50,53 @@ double token_bucket_budget::tokens() const noexcept {
   return static_cast<double>(tokens_.load(std::memory_order_relaxed)) / scale;
 }
 
-ratio_budget::ratio_budget(double ratio, std::uint64_t min_requests)
-    : ratio_(ratio), min_requests_(min_requests) {
-  if (!(ratio >= 0 && ratio <= 100))
-    reject("coretry::ratio_budget", "ratio", ratio, "must be in [0, 100]");
+ratio_budget::ratio_budget(ratio_budget_options options) : options_(options) {
+  constexpr const char* where = "coretry::ratio_budget";
+  if (!(options.ratio >= 0 && options.ratio <= 100))
+    reject(where, "ratio", options.ratio, "must be in [0, 100]");
+  if (!(options.min_retries_per_second >= 0 && options.min_retries_per_second <= 1e9))
+    reject(where, "min_retries_per_second", options.min_retries_per_second, "must be in [0, 1e9]");
+  if (options.window <= std::chrono::nanoseconds::zero())
+    reject(where, "window (ns)", static_cast<double>(options.window.count()), "must be positive");
+  if (options.buckets < 1 || options.buckets > 1000)
+    reject(where, "buckets", options.buckets, "must be in [1, 1000]");
+  const std::chrono::nanoseconds width = options.window / options.buckets;
+  if (width <= std::chrono::nanoseconds::zero())
+    reject(where, "buckets", options.buckets, "window / buckets must be at least 1 ns");
+  reserve_ = options.min_retries_per_second * std::chrono::duration<double>(options.window).count();
+  requests_ = std::make_unique<detail::window_counter>(width, options.buckets);
+  retries_ = std::make_unique<detail::window_counter>(width, options.buckets);
 }
 
-void ratio_budget::on_request(std::chrono::nanoseconds) noexcept {
-  requests_.fetch_add(1, std::memory_order_relaxed);
+ratio_budget::~ratio_budget() = default;
+
+void ratio_budget::on_request(std::chrono::nanoseconds now) noexcept {
+  requests_->add(now);
 }
 
-bool ratio_budget::try_retry(std::chrono::nanoseconds) noexcept {
-  const std::uint64_t requests = requests_.load(std::memory_order_relaxed);
-  std::uint64_t retries = retries_.load(std::memory_order_relaxed);
-  for (;;) {
-    if (requests >= min_requests_ &&
-        static_cast<double>(retries + 1) > ratio_ * static_cast<double>(requests))
-      return false;
-    if (retries_.compare_exchange_weak(retries, retries + 1, std::memory_order_relaxed))
-      return true;
+double ratio_budget::allowance(std::chrono::nanoseconds now) const noexcept {
+  return options_.ratio * static_cast<double>(requests_->sum(now)) + reserve_;
+}
+
+bool ratio_budget::try_retry(std::chrono::nanoseconds now) noexcept {
+  // Count first, then look: of two callers racing for the last retry, at least one sees the
+  // other's count, so the limit is never exceeded.
+  const std::int64_t bucket = retries_->add(now);
+  if (static_cast<double>(retries_->sum(now)) <= allowance(now)) {
+    granted_.fetch_add(1, std::memory_order_relaxed);
+    return true;
   }
+  retries_->undo(bucket);
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
 
-void ratio_budget::reset() noexcept {
-  requests_.store(0, std::memory_order_relaxed);
-  retries_.store(0, std::memory_order_relaxed);
+std::uint64_t ratio_budget::requests(std::chrono::nanoseconds now) const noexcept {
+  return requests_->sum(now);
+}
+
+std::uint64_t ratio_budget::retries(std::chrono::nanoseconds now) const noexcept {
+  return retries_->sum(now);
 }
 
 } // namespace coretry

@@ -5,8 +5,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 
 namespace coretry {
+namespace detail {
+class window_counter;
+} // namespace detail
 
 /// What a retry loop tells a budget, and asks of it. Implementations are thread-safe and
 /// lock-free; share one through `std::shared_ptr` in the `retry_policy` of every operation that
@@ -51,27 +55,69 @@ private:
   std::atomic<std::int64_t> tokens_;
 };
 
-/// The ratio budget of article 001 (Finagle's idea): retries may add at most `ratio` of the
-/// requests seen, after a bootstrap of `min_requests` requests during which retries are free.
-/// Counts since construction; `reset()` starts a new window.
+/// Settings of a `ratio_budget`; the defaults are Finagle's window and reserve with the 10 %
+/// share that "Preventing Retry Storms: Exponential Backoff and Jitter Design" recommends.
+struct ratio_budget_options {
+  /// Retries allowed per request seen in the window. In [0, 100].
+  double ratio = 0.1;
+  /// Retries allowed per second of window whatever the traffic, so that a quiet client can still
+  /// retry. In [0, 1e9].
+  double min_retries_per_second = 10.0;
+  /// How far back requests and retries are remembered. Positive.
+  std::chrono::nanoseconds window = std::chrono::seconds(10);
+  /// How finely the window slides: it moves on by `window / buckets` at a time. In [1, 1000],
+  /// and `window / buckets` must be at least 1 ns.
+  unsigned buckets = 10;
+};
+
+/// A sliding-window retry budget (Finagle's): a retry is allowed while, counting it, the retries
+/// of the last `window` do not exceed `ratio` x the requests of the last `window` plus a reserve
+/// of `min_retries_per_second` x the window in seconds:
 ///
-/// Throws `std::invalid_argument` unless `0 <= ratio <= 100`.
+///     retries_in_window + 1 <= ratio * requests_in_window + min_retries_per_second * window_s
+///
+/// Old traffic expires, so an outage is forgiven once it leaves the window, and the reserve is
+/// a standing allowance, not a loan: nothing granted from it is charged to later requests.
+/// With the defaults, 1,000 requests in the last 10 s allow 100 + 100 retries in those 10 s.
+///
+/// The window is made of `buckets` buckets of `window / buckets`; an event is counted from its
+/// bucket's start for `buckets` buckets, that is for between `window - window / buckets` and
+/// `window`. Only requests and granted retries are counted (attempt outcomes do not matter).
+///
+/// Thread-safe and lock-free: one atomic word per bucket. A retry is counted first and taken
+/// back when it turns out over the limit, so threads racing for the last retries of a window
+/// may both be refused, never both granted: the limit holds exactly, at the price of a retry
+/// now and then refused that a slower caller would have got.
+///
+/// Throws `std::invalid_argument` naming the field when an option is out of range.
 class ratio_budget final : public retry_budget {
 public:
-  explicit ratio_budget(double ratio = 0.1, std::uint64_t min_requests = 100);
+  explicit ratio_budget(ratio_budget_options options = {});
+  ~ratio_budget() override;
+  ratio_budget(const ratio_budget&) = delete;
+  ratio_budget& operator=(const ratio_budget&) = delete;
 
   void on_request(std::chrono::nanoseconds now) noexcept override;
   bool try_retry(std::chrono::nanoseconds now) noexcept override;
 
-  std::uint64_t requests() const noexcept { return requests_.load(std::memory_order_relaxed); }
-  std::uint64_t retries() const noexcept { return retries_.load(std::memory_order_relaxed); }
-  void reset() noexcept;
+  const ratio_budget_options& options() const noexcept { return options_; }
+  /// Requests counted in the window ending at `now`.
+  std::uint64_t requests(std::chrono::nanoseconds now) const noexcept;
+  /// Retries granted in the window ending at `now`.
+  std::uint64_t retries(std::chrono::nanoseconds now) const noexcept;
+  /// Retries the window ending at `now` allows in total (granted ones included).
+  double allowance(std::chrono::nanoseconds now) const noexcept;
+  /// Retries granted and refused since construction.
+  std::uint64_t granted() const noexcept { return granted_.load(std::memory_order_relaxed); }
+  std::uint64_t refused() const noexcept { return refused_.load(std::memory_order_relaxed); }
 
 private:
-  double ratio_;
-  std::uint64_t min_requests_;
-  std::atomic<std::uint64_t> requests_{0};
-  std::atomic<std::uint64_t> retries_{0};
+  ratio_budget_options options_;
+  double reserve_;
+  std::unique_ptr<detail::window_counter> requests_;
+  std::unique_ptr<detail::window_counter> retries_;
+  std::atomic<std::uint64_t> granted_{0};
+  std::atomic<std::uint64_t> refused_{0};
 };
 
 } // namespace coretry

@@ -1,0 +1,144 @@
+#pragma once
+/// \file
+/// `circuit_breaker`: stops sending to an upstream that keeps failing, and probes it before
+/// sending again.
+
+#include <coretry/overload.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+namespace coretry {
+namespace detail {
+class window_counter;
+} // namespace detail
+
+/// Where a `circuit_breaker` stands.
+enum class breaker_state : std::uint8_t {
+  closed,    ///< attempts pass; outcomes are watched
+  open,      ///< attempts are refused until the break is over
+  half_open, ///< a bounded number of probe attempts pass; their outcomes decide
+};
+
+/// "closed", "open" or "half_open".
+const char* to_string(breaker_state s) noexcept;
+
+/// Settings of a `circuit_breaker`. Each trigger can be switched off (0), not both.
+struct circuit_breaker_options {
+  /// Opens after this many failures in a row while closed (a success resets the run).
+  /// 0: this trigger is off. At most 1,000,000.
+  unsigned consecutive_failures = 5;
+  /// Opens when, over the last `window`, failures / (successes + failures) reaches this ratio
+  /// with at least `minimum_throughput` outcomes seen. In [0, 1]; 0: this trigger is off.
+  double failure_ratio = 0.5;
+  /// Outcomes the window must hold before `failure_ratio` applies. At least 1.
+  unsigned minimum_throughput = 20;
+  /// How far back `failure_ratio` looks. Positive.
+  std::chrono::nanoseconds window = std::chrono::seconds(10);
+  /// How finely the window slides (`window / window_buckets` at a time). In [1, 1000].
+  unsigned window_buckets = 10;
+  /// How long the breaker stays open before it lets probes through. Positive.
+  std::chrono::nanoseconds break_duration = std::chrono::seconds(5);
+  /// Each break lasts `break_duration * u`, u uniform in [1 - break_jitter, 1 + break_jitter],
+  /// so that clients which opened together do not probe together. In [0, 1).
+  double break_jitter = 0.2;
+  /// Probe attempts let through at once while half-open; that many successes close the breaker.
+  /// In [1, 65535].
+  unsigned half_open_probes = 1;
+  /// Seed of the break jitter; unset, one is drawn from entropy.
+  std::optional<std::uint64_t> seed{};
+  /// Called on every change of state, by the thread that made it, after it is visible. Must not
+  /// throw (the breaker's members are `noexcept`) and should be quick: it runs inside the
+  /// attempt that caused the change.
+  std::function<void(breaker_state from, breaker_state to, std::chrono::nanoseconds now)>
+      on_transition{};
+};
+
+/// A circuit breaker, shared through `std::shared_ptr` by every operation towards one upstream
+/// (`retry_policy::breaker`).
+///
+/// - **closed**: every attempt passes. After `consecutive_failures` failures in a row, or when
+///   the failure ratio over the last `window` reaches `failure_ratio` with at least
+///   `minimum_throughput` outcomes, it opens.
+/// - **open**: `try_acquire` refuses (the loop then stops with `errc::circuit_open`, sending
+///   nothing) until the break, `break_duration` jittered, is over; the first `try_acquire` after
+///   that moves to half-open and is the first probe.
+/// - **half_open**: up to `half_open_probes` attempts in flight; each success counts and frees
+///   its slot, `half_open_probes` successes close the breaker (with an empty window and run of
+///   failures); one failure opens it again for a new jittered break; an abandoned attempt frees
+///   its slot and counts for nothing. The gate does not know which attempt an outcome belongs
+///   to: an outcome reported while half-open counts as a probe's, even for an attempt granted
+///   before the breaker opened (a late success closes it a little early; a late failure keeps it
+///   open a little longer).
+///
+/// Outcomes reported while open change nothing but the counts. `state()` is the stored state:
+/// a breaker whose break is over reads `open` until the next `try_acquire`.
+///
+/// Every member is thread-safe, lock-free and `noexcept`; `now` is the time since the epoch of
+/// the caller's clock (the loop passes `Timer::clock_type::now().time_since_epoch()`), and is
+/// never read inside, so tests drive it with exact values. The whole state machine lives in one
+/// atomic word (state plus, when closed, the run of failures; when open, the end of the break;
+/// when half-open, the probes in flight and their successes), changed by compare-and-swap.
+///
+/// Throws `std::invalid_argument` naming the field and value when an option is out of range.
+class circuit_breaker final : public attempt_gate {
+public:
+  explicit circuit_breaker(circuit_breaker_options options = {});
+  ~circuit_breaker() override;
+  circuit_breaker(const circuit_breaker&) = delete;
+  circuit_breaker& operator=(const circuit_breaker&) = delete;
+
+  /// May an attempt be sent at `now`? Counts a refusal when not.
+  bool try_acquire(std::chrono::nanoseconds now) noexcept override;
+  void on_success(std::chrono::nanoseconds now) noexcept override;
+  void on_failure(std::chrono::nanoseconds now) noexcept override;
+  void on_abandoned(std::chrono::nanoseconds now) noexcept override;
+
+  breaker_state state() const noexcept;
+  /// While open: when the break ends (time since the clock's epoch). Otherwise zero.
+  std::chrono::nanoseconds open_until() const noexcept;
+  /// While half-open: probes granted and not yet reported. Otherwise zero.
+  unsigned probes_in_flight() const noexcept;
+  /// While closed: the current run of failures. Otherwise zero.
+  unsigned failure_run() const noexcept;
+  /// Outcomes in the window ending at `now` (counted while closed only).
+  std::uint64_t window_successes(std::chrono::nanoseconds now) const noexcept;
+  std::uint64_t window_failures(std::chrono::nanoseconds now) const noexcept;
+
+  /// Totals since construction.
+  std::uint64_t successes() const noexcept { return successes_.load(std::memory_order_relaxed); }
+  std::uint64_t failures() const noexcept { return failures_.load(std::memory_order_relaxed); }
+  std::uint64_t abandoned() const noexcept { return abandoned_.load(std::memory_order_relaxed); }
+  std::uint64_t refusals() const noexcept { return refusals_.load(std::memory_order_relaxed); }
+  std::uint64_t times_opened() const noexcept { return opened_.load(std::memory_order_relaxed); }
+  std::uint64_t times_half_opened() const noexcept {
+    return half_opened_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t times_closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
+
+  const circuit_breaker_options& options() const noexcept { return options_; }
+
+private:
+  std::chrono::nanoseconds draw_break() noexcept;
+  bool ratio_tripped(std::chrono::nanoseconds now) const noexcept;
+  void transition(breaker_state from, breaker_state to, std::chrono::nanoseconds now) noexcept;
+
+  circuit_breaker_options options_;
+  std::atomic<std::uint64_t> word_;
+  std::atomic<std::uint64_t> rng_;
+  std::unique_ptr<detail::window_counter> window_successes_;
+  std::unique_ptr<detail::window_counter> window_failures_;
+  std::atomic<std::uint64_t> successes_{0};
+  std::atomic<std::uint64_t> failures_{0};
+  std::atomic<std::uint64_t> abandoned_{0};
+  std::atomic<std::uint64_t> refusals_{0};
+  std::atomic<std::uint64_t> opened_{0};
+  std::atomic<std::uint64_t> half_opened_{0};
+  std::atomic<std::uint64_t> closed_{0};
+};
+
+} // namespace coretry

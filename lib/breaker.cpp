@@ -1,0 +1,278 @@
+#include <coretry/breaker.hpp>
+#include <coretry/random.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "window.hpp"
+
+namespace coretry {
+namespace {
+
+using std::chrono::nanoseconds;
+
+[[noreturn]] void reject(const char* field, double value, const char* rule) {
+  throw std::invalid_argument(std::string("coretry::circuit_breaker_options: ") + field + " = " +
+                              std::to_string(value) + " (" + rule + ")");
+}
+
+// The state word: the state in the top two bits, its payload in the other 62.
+//   closed:    the current run of failures
+//   open:      the end of the break, in ns since the clock's epoch
+//   half_open: probes in flight (bits 0-15) and probe successes (bits 16-31)
+constexpr std::uint64_t payload_mask = (std::uint64_t{1} << 62) - 1;
+
+constexpr std::uint64_t make_word(breaker_state s, std::uint64_t payload) noexcept {
+  return (static_cast<std::uint64_t>(s) << 62) | (payload & payload_mask);
+}
+constexpr breaker_state state_of(std::uint64_t w) noexcept {
+  return static_cast<breaker_state>(w >> 62);
+}
+constexpr std::uint64_t payload_of(std::uint64_t w) noexcept {
+  return w & payload_mask;
+}
+constexpr std::uint64_t in_flight(std::uint64_t w) noexcept {
+  return w & 0xffff;
+}
+constexpr std::uint64_t probe_successes(std::uint64_t w) noexcept {
+  return (w >> 16) & 0xffff;
+}
+constexpr std::uint64_t half_open_word(std::uint64_t flight, std::uint64_t ok) noexcept {
+  return make_word(breaker_state::half_open, flight | (ok << 16));
+}
+
+std::uint64_t open_word(nanoseconds until) noexcept {
+  const std::int64_t t = std::max<std::int64_t>(0, until.count());
+  return make_word(breaker_state::open,
+                   std::min<std::uint64_t>(static_cast<std::uint64_t>(t), payload_mask));
+}
+
+} // namespace
+
+const char* to_string(breaker_state s) noexcept {
+  switch (s) {
+  case breaker_state::closed:
+    return "closed";
+  case breaker_state::open:
+    return "open";
+  case breaker_state::half_open:
+    return "half_open";
+  }
+  return "unknown";
+}
+
+circuit_breaker::circuit_breaker(circuit_breaker_options options)
+    : options_(std::move(options)), word_(make_word(breaker_state::closed, 0)),
+      rng_(options_.seed ? *options_.seed : fast_rng::from_entropy()()) {
+  const auto& o = options_;
+  if (o.consecutive_failures > 1'000'000)
+    reject("consecutive_failures", o.consecutive_failures, "must be in [0, 1000000]");
+  if (!(o.failure_ratio >= 0 && o.failure_ratio <= 1))
+    reject("failure_ratio", o.failure_ratio, "must be in [0, 1]");
+  if (o.consecutive_failures == 0 && o.failure_ratio == 0)
+    reject("consecutive_failures", 0, "and failure_ratio both 0: the breaker could never open");
+  if (o.minimum_throughput < 1)
+    reject("minimum_throughput", o.minimum_throughput, "must be at least 1");
+  if (o.window <= nanoseconds::zero())
+    reject("window (ns)", static_cast<double>(o.window.count()), "must be positive");
+  if (o.window_buckets < 1 || o.window_buckets > 1000)
+    reject("window_buckets", o.window_buckets, "must be in [1, 1000]");
+  if (o.window / o.window_buckets <= nanoseconds::zero())
+    reject("window_buckets", o.window_buckets, "window / window_buckets must be at least 1 ns");
+  if (o.break_duration <= nanoseconds::zero())
+    reject("break_duration (ns)", static_cast<double>(o.break_duration.count()),
+           "must be positive");
+  if (!(o.break_jitter >= 0 && o.break_jitter < 1))
+    reject("break_jitter", o.break_jitter, "must be in [0, 1)");
+  if (o.half_open_probes < 1 || o.half_open_probes > 0xffff)
+    reject("half_open_probes", o.half_open_probes, "must be in [1, 65535]");
+  window_successes_ =
+      std::make_unique<detail::window_counter>(o.window / o.window_buckets, o.window_buckets);
+  window_failures_ =
+      std::make_unique<detail::window_counter>(o.window / o.window_buckets, o.window_buckets);
+}
+
+circuit_breaker::~circuit_breaker() = default;
+
+nanoseconds circuit_breaker::draw_break() noexcept {
+  const double j = options_.break_jitter;
+  if (j == 0)
+    return options_.break_duration;
+  // One SplitMix64 step per draw, taken with fetch_add: the same stream a `fast_rng` seeded with
+  // `seed` yields, safe from any thread.
+  fast_rng draw(rng_.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed));
+  const double u = draw.uniform(1 - j, 1 + j);
+  return nanoseconds(static_cast<std::int64_t>(
+      std::llround(static_cast<double>(options_.break_duration.count()) * u)));
+}
+
+bool circuit_breaker::ratio_tripped(nanoseconds now) const noexcept {
+  if (options_.failure_ratio == 0)
+    return false;
+  const std::uint64_t bad = window_failures_->sum(now);
+  const std::uint64_t total = bad + window_successes_->sum(now);
+  return total >= options_.minimum_throughput &&
+         static_cast<double>(bad) >= options_.failure_ratio * static_cast<double>(total);
+}
+
+void circuit_breaker::transition(breaker_state from, breaker_state to, nanoseconds now) noexcept {
+  switch (to) {
+  case breaker_state::open:
+    opened_.fetch_add(1, std::memory_order_relaxed);
+    break;
+  case breaker_state::half_open:
+    half_opened_.fetch_add(1, std::memory_order_relaxed);
+    break;
+  case breaker_state::closed:
+    window_successes_->clear();
+    window_failures_->clear();
+    closed_.fetch_add(1, std::memory_order_relaxed);
+    break;
+  }
+  if (options_.on_transition)
+    options_.on_transition(from, to, now);
+}
+
+bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
+  std::uint64_t w = word_.load(std::memory_order_acquire);
+  for (;;) {
+    switch (state_of(w)) {
+    case breaker_state::closed:
+      return true;
+    case breaker_state::open: {
+      if (now.count() < static_cast<std::int64_t>(payload_of(w))) {
+        refusals_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      // The break is over: this attempt is the first probe.
+      if (word_.compare_exchange_weak(w, half_open_word(1, 0), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        transition(breaker_state::open, breaker_state::half_open, now);
+        return true;
+      }
+      break;
+    }
+    case breaker_state::half_open: {
+      if (in_flight(w) >= options_.half_open_probes) {
+        refusals_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      if (word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+        return true;
+      break;
+    }
+    }
+  }
+}
+
+void circuit_breaker::on_success(nanoseconds now) noexcept {
+  successes_.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t w = word_.load(std::memory_order_acquire);
+  if (state_of(w) == breaker_state::closed)
+    window_successes_->add(now);
+  for (;;) {
+    std::uint64_t next = 0;
+    switch (state_of(w)) {
+    case breaker_state::closed:
+      if (payload_of(w) == 0)
+        return;
+      next = make_word(breaker_state::closed, 0);
+      break;
+    case breaker_state::open:
+      return;
+    case breaker_state::half_open: {
+      const std::uint64_t ok = probe_successes(w) + 1;
+      if (ok >= options_.half_open_probes)
+        next = make_word(breaker_state::closed, 0);
+      else
+        next = half_open_word(in_flight(w) > 0 ? in_flight(w) - 1 : 0, ok);
+      break;
+    }
+    }
+    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+      if (state_of(w) == breaker_state::half_open && state_of(next) == breaker_state::closed)
+        transition(breaker_state::half_open, breaker_state::closed, now);
+      return;
+    }
+  }
+}
+
+void circuit_breaker::on_failure(nanoseconds now) noexcept {
+  failures_.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t w = word_.load(std::memory_order_acquire);
+  if (state_of(w) == breaker_state::closed)
+    window_failures_->add(now);
+  std::optional<nanoseconds> until;
+  for (;;) {
+    std::uint64_t next = 0;
+    switch (state_of(w)) {
+    case breaker_state::open:
+      return;
+    case breaker_state::closed: {
+      const std::uint64_t run = std::min<std::uint64_t>(payload_of(w) + 1, 0xffffffffu);
+      const bool trip =
+          (options_.consecutive_failures != 0 && run >= options_.consecutive_failures) ||
+          ratio_tripped(now);
+      if (!trip) {
+        next = make_word(breaker_state::closed, run);
+        break;
+      }
+      [[fallthrough]];
+    }
+    case breaker_state::half_open:
+      if (!until)
+        until = now + draw_break();
+      next = open_word(*until);
+      break;
+    }
+    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+      if (state_of(next) == breaker_state::open)
+        transition(state_of(w), breaker_state::open, now);
+      return;
+    }
+  }
+}
+
+void circuit_breaker::on_abandoned(nanoseconds) noexcept {
+  abandoned_.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t w = word_.load(std::memory_order_acquire);
+  while (state_of(w) == breaker_state::half_open && in_flight(w) > 0 &&
+         !word_.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+  }
+}
+
+breaker_state circuit_breaker::state() const noexcept {
+  return state_of(word_.load(std::memory_order_acquire));
+}
+
+nanoseconds circuit_breaker::open_until() const noexcept {
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  return state_of(w) == breaker_state::open ? nanoseconds(static_cast<std::int64_t>(payload_of(w)))
+                                            : nanoseconds::zero();
+}
+
+unsigned circuit_breaker::probes_in_flight() const noexcept {
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  return state_of(w) == breaker_state::half_open ? static_cast<unsigned>(in_flight(w)) : 0;
+}
+
+unsigned circuit_breaker::failure_run() const noexcept {
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  return state_of(w) == breaker_state::closed ? static_cast<unsigned>(payload_of(w)) : 0;
+}
+
+std::uint64_t circuit_breaker::window_successes(nanoseconds now) const noexcept {
+  return window_successes_->sum(now);
+}
+
+std::uint64_t circuit_breaker::window_failures(nanoseconds now) const noexcept {
+  return window_failures_->sum(now);
+}
+
+} // namespace coretry

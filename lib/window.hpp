@@ -1,0 +1,112 @@
+#pragma once
+// Private: a sliding-window event counter made of one atomic word per bucket, shared by the
+// windowed retry budget and the circuit breaker. Not installed.
+//
+// Time is cut into buckets of `width`; bucket k holds the events with floor(now / width) == k.
+// Each slot word packs the low 32 bits of its bucket index (high half) with its count (low half),
+// so that moving a slot on to a newer bucket and counting in it is one compare-and-swap: no lock,
+// and no count from an expired bucket can leak into a new one. The window at `now` is the
+// `buckets` newest buckets up to now's, so an event stays counted for between
+// (buckets - 1) * width and buckets * width.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace coretry::detail {
+
+class window_counter {
+public:
+  window_counter(std::chrono::nanoseconds width, unsigned buckets)
+      : width_(width.count()), buckets_(buckets),
+        slots_(std::make_unique<std::atomic<std::uint64_t>[]>(buckets)) {
+    for (unsigned i = 0; i < buckets_; ++i)
+      slots_[i].store(empty_, std::memory_order_relaxed);
+  }
+
+  /// The bucket index of `now` (floor division, so negative times work too).
+  std::int64_t bucket(std::chrono::nanoseconds now) const noexcept {
+    const std::int64_t t = now.count();
+    return t >= 0 ? t / width_ : -((-t + width_ - 1) / width_);
+  }
+
+  /// Counts one event at `now`; returns the bucket it went to (for `undo`). An event older than
+  /// what its slot already holds (a caller whose clock reading is a full window late) is dropped.
+  std::int64_t add(std::chrono::nanoseconds now) noexcept {
+    const std::int64_t k = bucket(now);
+    auto& slot = slots_[index(k)];
+    const std::uint32_t tag = static_cast<std::uint32_t>(k);
+    std::uint64_t w = slot.load(std::memory_order_relaxed);
+    for (;;) {
+      std::uint64_t next = 0;
+      const std::int32_t age = static_cast<std::int32_t>(tag - tag_of(w));
+      if (w != empty_ && age == 0) {
+        if (count_of(w) == 0xffffffffu)
+          return k; // saturated
+        next = w + 1;
+      } else if (w == empty_ || age > 0) {
+        next = pack(tag, 1);
+      } else {
+        return k;
+      }
+      if (slot.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_relaxed))
+        return k;
+    }
+  }
+
+  /// Takes back one event counted in bucket `k`, if that bucket is still in its slot.
+  void undo(std::int64_t k) noexcept {
+    auto& slot = slots_[index(k)];
+    const std::uint32_t tag = static_cast<std::uint32_t>(k);
+    std::uint64_t w = slot.load(std::memory_order_relaxed);
+    while (w != empty_ && tag_of(w) == tag && count_of(w) > 0 &&
+           !slot.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+    }
+  }
+
+  /// Events in the window ending at `now`.
+  std::uint64_t sum(std::chrono::nanoseconds now) const noexcept {
+    const std::uint32_t tag = static_cast<std::uint32_t>(bucket(now));
+    std::uint64_t total = 0;
+    for (unsigned i = 0; i < buckets_; ++i) {
+      const std::uint64_t w = slots_[i].load(std::memory_order_acquire);
+      if (w == empty_)
+        continue;
+      const std::int32_t age = static_cast<std::int32_t>(tag - tag_of(w));
+      if (age >= 0 && static_cast<std::uint32_t>(age) < buckets_)
+        total += count_of(w);
+    }
+    return total;
+  }
+
+  /// Forgets every event.
+  void clear() noexcept {
+    for (unsigned i = 0; i < buckets_; ++i)
+      slots_[i].store(empty_, std::memory_order_release);
+  }
+
+private:
+  // A count of zero in any bucket reads the same as no bucket; `empty_` only marks a slot never
+  // used, so that bucket 0 with no events is not mistaken for a live bucket.
+  static constexpr std::uint64_t empty_ = ~std::uint64_t{0} << 32;
+
+  static std::uint64_t pack(std::uint32_t tag, std::uint32_t count) noexcept {
+    return (std::uint64_t{tag} << 32) | count;
+  }
+  static std::uint32_t tag_of(std::uint64_t w) noexcept {
+    return static_cast<std::uint32_t>(w >> 32);
+  }
+  static std::uint32_t count_of(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w); }
+  std::size_t index(std::int64_t k) const noexcept {
+    const std::int64_t n = buckets_;
+    return static_cast<std::size_t>(((k % n) + n) % n);
+  }
+
+  std::int64_t width_;
+  unsigned buckets_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> slots_;
+};
+
+} // namespace coretry::detail

@@ -1,0 +1,320 @@
+// The circuit breaker on its own, with explicit times: every transition and every count.
+
+#include <coretry/breaker.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+using namespace std::chrono_literals;
+using coretry::breaker_state;
+using coretry::circuit_breaker;
+using coretry::circuit_breaker_options;
+
+namespace {
+
+// Deterministic defaults for the tests: no jitter, one probe.
+circuit_breaker_options exact(circuit_breaker_options o = {}) {
+  o.break_jitter = 0;
+  o.seed = 1;
+  return o;
+}
+
+std::string rejection(circuit_breaker_options o) {
+  try {
+    circuit_breaker b(std::move(o));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "valid";
+}
+
+void fail_n(circuit_breaker& b, int n, std::chrono::nanoseconds now) {
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(b.try_acquire(now));
+    b.on_failure(now);
+  }
+}
+
+} // namespace
+
+TEST_CASE("a new breaker is closed and lets every attempt through") {
+  circuit_breaker b(exact());
+  CHECK(b.state() == breaker_state::closed);
+  for (int i = 0; i < 100; ++i)
+    CHECK(b.try_acquire(std::chrono::seconds(i)));
+  CHECK(b.refusals() == 0);
+  CHECK(b.times_opened() == 0);
+  CHECK(std::string(coretry::to_string(breaker_state::half_open)) == "half_open");
+}
+
+TEST_CASE("the breaker opens after the configured run of failures, and a success resets the run") {
+  circuit_breaker b(exact({.consecutive_failures = 3, .failure_ratio = 0}));
+  fail_n(b, 2, 1s);
+  CHECK(b.failure_run() == 2);
+  REQUIRE(b.try_acquire(1s));
+  b.on_success(1s);
+  CHECK(b.failure_run() == 0);
+  fail_n(b, 2, 2s);
+  CHECK(b.state() == breaker_state::closed);
+  fail_n(b, 1, 2s);
+  CHECK(b.state() == breaker_state::open);
+  CHECK(b.open_until() == 2s + 5s);
+  CHECK(b.times_opened() == 1);
+  CHECK(b.failures() == 5);
+  CHECK(b.successes() == 1);
+}
+
+TEST_CASE("an open breaker refuses until its break is over, then lets one probe through") {
+  circuit_breaker b(exact({.consecutive_failures = 1, .break_duration = 10s}));
+  fail_n(b, 1, 0s);
+  REQUIRE(b.state() == breaker_state::open);
+  CHECK_FALSE(b.try_acquire(1s));
+  CHECK_FALSE(b.try_acquire(10s - 1ns));
+  CHECK(b.refusals() == 2);
+  CHECK(b.state() == breaker_state::open); // the stored state moves only when asked
+  CHECK(b.try_acquire(10s));
+  CHECK(b.state() == breaker_state::half_open);
+  CHECK(b.times_half_opened() == 1);
+  CHECK(b.probes_in_flight() == 1);
+  CHECK_FALSE(b.try_acquire(10s)); // one probe at a time
+  CHECK(b.refusals() == 3);
+}
+
+TEST_CASE("a successful probe closes the breaker with a clean slate") {
+  circuit_breaker b(exact({.consecutive_failures = 2,
+                           .failure_ratio = 0.5,
+                           .minimum_throughput = 4,
+                           .break_duration = 1s}));
+  fail_n(b, 2, 0s);
+  REQUIRE(b.state() == breaker_state::open);
+  REQUIRE(b.try_acquire(1s));
+  b.on_success(1500ms);
+  CHECK(b.state() == breaker_state::closed);
+  CHECK(b.times_closed() == 1);
+  CHECK(b.failure_run() == 0);
+  CHECK(b.window_failures(1500ms) == 0); // the failures that opened it are forgotten
+  // One failure after closing does not reopen it.
+  fail_n(b, 1, 2s);
+  CHECK(b.state() == breaker_state::closed);
+}
+
+TEST_CASE("a failed probe opens the breaker again for a new break") {
+  circuit_breaker b(exact({.consecutive_failures = 1, .break_duration = 4s}));
+  fail_n(b, 1, 0s);
+  REQUIRE(b.try_acquire(4s));
+  b.on_failure(5s);
+  CHECK(b.state() == breaker_state::open);
+  CHECK(b.open_until() == 9s);
+  CHECK(b.times_opened() == 2);
+  CHECK_FALSE(b.try_acquire(8s));
+  CHECK(b.try_acquire(9s));
+  CHECK(b.times_half_opened() == 2);
+}
+
+TEST_CASE("several probes are let through and all must succeed to close") {
+  circuit_breaker b(
+      exact({.consecutive_failures = 1, .break_duration = 1s, .half_open_probes = 3}));
+  fail_n(b, 1, 0s);
+  CHECK(b.try_acquire(1s));
+  CHECK(b.try_acquire(1s));
+  CHECK(b.try_acquire(1s));
+  CHECK_FALSE(b.try_acquire(1s));
+  CHECK(b.probes_in_flight() == 3);
+  b.on_success(2s);
+  b.on_success(2s);
+  CHECK(b.state() == breaker_state::half_open);
+  CHECK(b.probes_in_flight() == 1);
+  CHECK(b.try_acquire(2s)); // a freed slot admits another probe
+  b.on_success(3s);
+  CHECK(b.state() == breaker_state::closed);
+  CHECK(b.times_closed() == 1);
+}
+
+TEST_CASE("an abandoned probe frees its slot and decides nothing") {
+  circuit_breaker b(exact({.consecutive_failures = 1, .break_duration = 1s}));
+  fail_n(b, 1, 0s);
+  REQUIRE(b.try_acquire(1s));
+  b.on_abandoned(1s);
+  CHECK(b.state() == breaker_state::half_open);
+  CHECK(b.probes_in_flight() == 0);
+  CHECK(b.abandoned() == 1);
+  CHECK(b.try_acquire(1s));
+  b.on_success(2s);
+  CHECK(b.state() == breaker_state::closed);
+}
+
+TEST_CASE("abandoned attempts while closed change nothing but their count") {
+  circuit_breaker b(exact({.consecutive_failures = 2}));
+  fail_n(b, 1, 0s);
+  REQUIRE(b.try_acquire(0s));
+  b.on_abandoned(0s);
+  CHECK(b.failure_run() == 1);
+  CHECK(b.abandoned() == 1);
+  CHECK(b.state() == breaker_state::closed);
+}
+
+TEST_CASE("outcomes reported while open change only the counts") {
+  circuit_breaker b(exact({.consecutive_failures = 1, .break_duration = 10s}));
+  fail_n(b, 1, 0s);
+  b.on_success(1s); // an attempt granted before it opened
+  b.on_failure(2s);
+  CHECK(b.state() == breaker_state::open);
+  CHECK(b.open_until() == 10s);
+  CHECK(b.successes() == 1);
+  CHECK(b.failures() == 2);
+  CHECK(b.times_opened() == 1);
+}
+
+TEST_CASE("the failure ratio opens the breaker only with the minimum throughput in the window") {
+  circuit_breaker b(exact({.consecutive_failures = 0,
+                           .failure_ratio = 0.5,
+                           .minimum_throughput = 10,
+                           .window = 10s,
+                           .window_buckets = 10}));
+  // 4 successes, 5 failures, alternating: 9 outcomes, below the minimum.
+  for (int i = 0; i < 4; ++i) {
+    fail_n(b, 1, 1s);
+    REQUIRE(b.try_acquire(1s));
+    b.on_success(1s);
+  }
+  fail_n(b, 1, 1s);
+  CHECK(b.window_failures(1s) == 5);
+  CHECK(b.window_successes(1s) == 4);
+  CHECK(b.state() == breaker_state::closed);
+  // The 10th outcome, a success: 5 / 10 failed, but only a failure can open the breaker.
+  REQUIRE(b.try_acquire(1s));
+  b.on_success(1s);
+  CHECK(b.state() == breaker_state::closed);
+  // The 11th, a failure: 6 / 11 >= 0.5.
+  fail_n(b, 1, 2s);
+  CHECK(b.state() == breaker_state::open);
+}
+
+TEST_CASE("old outcomes leave the breaker's window") {
+  circuit_breaker b(exact({.consecutive_failures = 0,
+                           .failure_ratio = 0.5,
+                           .minimum_throughput = 4,
+                           .window = 10s,
+                           .window_buckets = 10}));
+  fail_n(b, 3, 0s); // 3 failures in bucket 0
+  CHECK(b.window_failures(9s) == 3);
+  CHECK(b.window_failures(10s) == 0);
+  // At 10 s those are gone: 3 more failures and a success do not reach 4 outcomes... until the
+  // failure that makes 4.
+  REQUIRE(b.try_acquire(10s));
+  b.on_success(10s);
+  fail_n(b, 2, 10s);
+  CHECK(b.state() == breaker_state::closed);
+  fail_n(b, 1, 10s);
+  CHECK(b.state() == breaker_state::open); // 3 of 4
+}
+
+TEST_CASE("the break is jittered within its bounds, reproducibly for a seed") {
+  auto open_for = [](std::uint64_t seed) {
+    circuit_breaker b(
+        {.consecutive_failures = 1, .break_duration = 10s, .break_jitter = 0.2, .seed = seed});
+    fail_n(b, 1, 0s);
+    return b.open_until();
+  };
+  std::vector<std::chrono::nanoseconds> seen;
+  for (std::uint64_t s = 0; s < 50; ++s) {
+    const auto d = open_for(s);
+    CHECK(d >= 8s);
+    CHECK(d <= 12s);
+    seen.push_back(d);
+  }
+  CHECK(open_for(7) == open_for(7));
+  CHECK(std::count(seen.begin(), seen.end(), seen.front()) < 50);
+}
+
+TEST_CASE("the transition hook sees every change of state once, in order") {
+  std::vector<std::tuple<breaker_state, breaker_state, std::chrono::nanoseconds>> log;
+  circuit_breaker b(exact(
+      {.consecutive_failures = 1,
+       .break_duration = 1s,
+       .on_transition = [&](breaker_state from, breaker_state to, std::chrono::nanoseconds now) {
+         log.emplace_back(from, to, now);
+       }}));
+  fail_n(b, 1, 0s);
+  REQUIRE(b.try_acquire(1s));
+  b.on_failure(1s);
+  REQUIRE(b.try_acquire(2s));
+  b.on_success(3s);
+  using S = breaker_state;
+  REQUIRE(log.size() == 5);
+  CHECK(log[0] == std::tuple(S::closed, S::open, 0s));
+  CHECK(log[1] == std::tuple(S::open, S::half_open, 1s));
+  CHECK(log[2] == std::tuple(S::half_open, S::open, 1s));
+  CHECK(log[3] == std::tuple(S::open, S::half_open, 2s));
+  CHECK(log[4] == std::tuple(S::half_open, S::closed, 3s));
+  CHECK(b.times_opened() == 2);
+  CHECK(b.times_half_opened() == 2);
+  CHECK(b.times_closed() == 1);
+}
+
+TEST_CASE("bad breaker options name the field and its value") {
+  CHECK(rejection({.failure_ratio = 1.5}) ==
+        "coretry::circuit_breaker_options: failure_ratio = 1.500000 (must be in [0, 1])");
+  CHECK(rejection({.consecutive_failures = 0, .failure_ratio = 0}).find("consecutive_failures") !=
+        std::string::npos);
+  CHECK(rejection({.minimum_throughput = 0}).find("minimum_throughput = 0") != std::string::npos);
+  CHECK(rejection({.window = -1s}).find("window (ns) = -1000000000") != std::string::npos);
+  CHECK(rejection({.window_buckets = 0}).find("window_buckets = 0") != std::string::npos);
+  CHECK(rejection({.break_duration = 0s}).find("break_duration (ns) = 0") != std::string::npos);
+  CHECK(rejection({.break_jitter = 1}).find("break_jitter = 1") != std::string::npos);
+  CHECK(rejection({.half_open_probes = 0}).find("half_open_probes = 0") != std::string::npos);
+  CHECK(rejection({}) == "valid");
+}
+
+TEST_CASE("two threads sharing one breaker keep its counts and states consistent") {
+  circuit_breaker b({.consecutive_failures = 3,
+                     .failure_ratio = 0.5,
+                     .minimum_throughput = 10,
+                     .window = 1s,
+                     .break_duration = 10ms,
+                     .half_open_probes = 2,
+                     .seed = 3});
+  std::atomic<std::uint64_t> granted{0}, refused{0}, reported{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20000; ++i) {
+        const std::chrono::nanoseconds now = std::chrono::microseconds(i * 10 + t);
+        if (!b.try_acquire(now)) {
+          refused.fetch_add(1);
+          continue;
+        }
+        granted.fetch_add(1);
+        reported.fetch_add(1);
+        // Failing in bursts: a run of failures every 64 attempts, else success.
+        switch ((i + t) % 64 < 8 ? 0 : (i % 97 == 0 ? 1 : 2)) {
+        case 0:
+          b.on_failure(now);
+          break;
+        case 1:
+          b.on_abandoned(now);
+          break;
+        default:
+          b.on_success(now);
+        }
+        (void)b.state();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  CHECK(granted + refused == 40000);
+  CHECK(b.refusals() == refused.load());
+  CHECK(b.successes() + b.failures() + b.abandoned() == reported.load());
+  CHECK(b.times_opened() > 0);
+  // Every half-opening follows an opening; every closing follows a half-opening.
+  CHECK(b.times_half_opened() <= b.times_opened());
+  CHECK(b.times_closed() <= b.times_half_opened());
+  CHECK(b.times_opened() <= b.times_half_opened() + 1);
+}
