@@ -5,10 +5,13 @@
 
 #include <coretry/attempt.hpp>
 #include <coretry/backoff.hpp>
+#include <coretry/breaker.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
 #include <coretry/error.hpp>
+#include <coretry/overload.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/random.hpp>
+#include <coretry/rate_limit.hpp>
 #include <coretry/retry.hpp>
 #include <coretry/version.hpp>
