@@ -1,7 +1,8 @@
-// retry_storm: article 000's experiment, live. For each strategy: start a fresh
-// retry_storm_server, let the swarm reach a steady state, freeze the server (SIGSTOP), thaw it
-// (SIGCONT) and watch whether the service recovers. Writes a per-second CSV, a summary and a
-// picture. `retry_storm swarm --url URL` runs the swarm alone against any HTTP server.
+// retry_storm: the experiment of "Exponential Backoff or how not to crash a server", live.
+// For each strategy: start a fresh retry_storm_server, let the swarm reach a steady state, freeze
+// the server (SIGSTOP), thaw it (SIGCONT) and watch whether the service recovers. Writes a
+// per-second CSV, a summary and a picture. `retry_storm swarm --url URL` runs the swarm alone
+// against any HTTP server.
 #include "support/fd_limit.hpp"
 #include "support/plot.hpp"
 

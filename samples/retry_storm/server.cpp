@@ -1,4 +1,5 @@
-// retry_storm_server: an HTTP/1.1 server whose response time follows article 000's latency model.
+// retry_storm_server: an HTTP/1.1 server whose response time follows the latency model of
+// "Exponential Backoff or how not to crash a server".
 //
 // Every request waits `base` while at most `limit` requests are in progress, and
 // `base * factor^((concurrency - limit) / k)` beyond that. The delay is not fixed when the request
