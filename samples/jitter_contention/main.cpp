@@ -28,7 +28,6 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -39,6 +38,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <utility>
 #include <memory>
 #include <stdexcept>
 #include <string>
