@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
+#include <thread>
 
 using namespace std::chrono_literals;
 using coretry::retry_policy;
@@ -24,36 +26,79 @@ retry_policy quick() {
   return {.max_attempts = 4, .attempt_timeout = 5s, .backoff = coretry::backoff::fixed(1ms)};
 }
 
-template <class Executor> int retry_on(const Executor& ex, std::atomic<int>& calls) {
-  auto fut = coretry::async_retry(
+/// What one operation saw: how many attempts ran, how many of them ran where they should, and
+/// whether the completion handler did.
+struct placement {
+  int result = 0;
+  int attempts = 0;
+  int attempts_in_place = 0;
+  bool completion_in_place = false;
+};
+
+/// Runs one operation on `ex` whose first two attempts fail, and records whether each attempt
+/// and the completion handler ran inside `ex` (`running_in_this_thread()`).
+template <class Executor> placement retry_on(const Executor& ex) {
+  auto seen = std::make_shared<placement>();
+  std::promise<void> completed;
+  coretry::async_retry(
       ex,
-      [&]() -> asio::awaitable<int> {
-        if (calls.fetch_add(1) < 2)
+      [ex, seen]() -> asio::awaitable<int> {
+        const int n = ++seen->attempts;
+        if (ex.running_in_this_thread())
+          ++seen->attempts_in_place;
+        if (n < 3)
           throw std::system_error(refused);
         co_return 11;
       },
-      quick(), asio::use_future);
-  return fut.get();
+      quick(),
+      [ex, seen, &completed](std::error_code ec, int v) {
+        seen->completion_in_place = ex.running_in_this_thread();
+        seen->result = ec ? -1 : v;
+        completed.set_value();
+      });
+  completed.get_future().wait();
+  return *seen;
+}
+
+void check_in_place(const placement& p) {
+  CHECK(p.result == 11);
+  CHECK(p.attempts == 3);
+  CHECK(p.attempts_in_place == 3);
+  CHECK(p.completion_in_place);
 }
 
 } // namespace
 
-TEST_CASE("retries run on an io_context, a strand and a thread_pool") {
+TEST_CASE("on an io_context, every attempt and the completion run on that io_context") {
   asio::io_context io;
   auto guard = asio::make_work_guard(io);
   std::thread runner([&] { io.run(); });
-  std::atomic<int> calls{0};
-  CHECK(retry_on(io.get_executor(), calls) == 11);
-  calls = 0;
-  CHECK(retry_on(asio::make_strand(io), calls) == 11);
+  check_in_place(retry_on(io.get_executor()));
   guard.reset();
   runner.join();
+}
 
+TEST_CASE("on a strand of an io_context, every attempt and the completion run on the strand") {
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  check_in_place(retry_on(asio::make_strand(io)));
+  guard.reset();
+  runner.join();
+}
+
+TEST_CASE("on a thread_pool, every attempt and the completion run on the pool's threads") {
   asio::thread_pool pool(2);
-  calls = 0;
-  CHECK(retry_on(pool.get_executor(), calls) == 11);
-  calls = 0;
-  CHECK(retry_on(asio::make_strand(pool), calls) == 11);
+  const placement p = retry_on(pool.get_executor());
+  check_in_place(p);
+  // And not on the test's own thread, which only waits.
+  CHECK_FALSE(pool.get_executor().running_in_this_thread());
+  pool.join();
+}
+
+TEST_CASE("on a strand of a thread_pool, every attempt and the completion run on the strand") {
+  asio::thread_pool pool(2);
+  check_in_place(retry_on(asio::make_strand(pool)));
   pool.join();
 }
 
@@ -87,25 +132,49 @@ TEST_CASE("many concurrent retries on a multi-threaded pool each complete exactl
     CHECK(per_op[i].load() == 1);
 }
 
-TEST_CASE("retry_async inside a coroutine on a strand of a multi-threaded pool") {
+/// A coroutine on a strand of a pool awaits 20 operations whose odd attempts fail, and counts
+/// the attempts that ran on the strand and the resumptions that came back to it.
+static void check_coroutine_on_strand(const retry_policy& policy) {
   asio::thread_pool pool(2);
   auto strand = asio::make_strand(pool);
+  int calls = 0, calls_on_strand = 0, resumed_on_strand = 0;
   auto fut = asio::co_spawn(
       strand,
       [&]() -> asio::awaitable<int> {
-        int calls = 0;
         int sum = 0;
-        for (int round = 0; round < 20; ++round)
+        for (int round = 0; round < 20; ++round) {
           sum += co_await coretry::retry_async(
               [&]() -> asio::awaitable<int> {
+                if (strand.running_in_this_thread())
+                  ++calls_on_strand;
                 if (++calls % 2)
                   throw std::system_error(refused);
                 co_return 1;
               },
-              quick());
+              policy);
+          if (strand.running_in_this_thread())
+            ++resumed_on_strand;
+        }
         co_return sum;
       },
       asio::use_future);
   CHECK(fut.get() == 20);
   pool.join();
+  CHECK(calls == 40);
+  CHECK(calls_on_strand == 40);
+  CHECK(resumed_on_strand == 20);
+}
+
+TEST_CASE("retry_async in a coroutine on a strand of a pool runs its attempts and resumes there") {
+  retry_policy untimed = quick();
+  untimed.attempt_timeout = coretry::unlimited;
+  check_coroutine_on_strand(untimed);
+}
+
+// Known failure, reported to the loop's owner: with a timed attempt (the controlled path), the
+// strand is made over the type-erased caller's executor and the attempts after a sleep (20 of
+// 40 here) run off the caller's strand, although the operation resumes on it.
+TEST_CASE("timed retry_async in a coroutine on a strand of a pool runs its attempts there" *
+          doctest::may_fail()) {
+  check_coroutine_on_strand(quick());
 }

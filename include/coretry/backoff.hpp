@@ -19,11 +19,11 @@ using std::chrono::nanoseconds;
 /// | kind           | delay                                   | source                         |
 /// |----------------|-----------------------------------------|--------------------------------|
 /// | `none`         | `d`                                     |                                |
-/// | `full`         | `U(0, d)`                               | AWS "full jitter"              |
+/// | `full`         | `U(0, d)`                               | AWS "full jitter"; "Why Exponential Backoff Needs Jitter" |
 /// | `equal`        | `d/2 + U(0, d/2)`                       | AWS "equal jitter"             |
 /// | `decorrelated` | `min(max, U(initial, 3 * previous))`    | AWS; `previous` starts at `initial`; ignores the growth curve |
-/// | `normal`       | `max(0, d + N(0, (d * relative_stddev)^2))` | proportional normal variate (article 000) |
-/// | `additive`     | `d + U(0, max_extra)`                   | cloud form `2^n s + random_ms` (article 003) |
+/// | `normal`       | `max(0, d + N(0, (d * relative_stddev)^2))` | proportional normal variate ("Exponential Backoff or how not to crash a server") |
+/// | `additive`     | `d + U(0, max_extra)`                   | cloud form `2^n s + random_ms` ("Exponential backoff", Memorystore for Redis) |
 enum class jitter_kind : std::uint8_t { none, full, equal, decorrelated, normal, additive };
 
 /// The name of a jitter kind ("none", "full", ...), for flags and reports.

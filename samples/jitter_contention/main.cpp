@@ -1,5 +1,6 @@
 // Many clients race to update one optimistic-concurrency row: the classic comparison of
-// backoff jitter kinds, run as a discrete-event simulation in model time (no clock, no network).
+// backoff jitter kinds, run in model time on coretry's public test clock (no wall clock, no
+// network).
 //
 // Each client reads the row's version, then writes with that version; the write succeeds only
 // if nobody else wrote in between. A client whose write fails backs off, then reads again.
@@ -7,132 +8,160 @@
 // many writes the server has to process, and how long until the last client is done, for each
 // way of spacing retries.
 //
-// The delays come from coretry::backoff itself, so this also checks that the library's
-// strategies behave as the literature says. One model time unit is one microsecond of
-// coretry's nanosecond delays: fine enough that uniform draws are not rounded away.
+// Every client is one `coretry::retry_async` on `coretry::testing::manual_timer`: the attempts,
+// the delays between them and their jitter are the library's own loop, and the messages are
+// waits on the same clock. `coretry::testing::drive` jumps from one wait to the next, so a
+// sweep of hours of model time runs in seconds. One model time unit is one microsecond of the
+// clock's nanoseconds: fine enough that uniform draws over a few units are not rounded away.
 #include <coretry/backoff.hpp>
+#include <coretry/policy.hpp>
 #include <coretry/random.hpp>
+#include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
 
-#include <array>
+#include "support/plot.hpp"
+
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
-#include <queue>
+#include <utility>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <tuple>
 #include <vector>
-
-#include "svg_plot.hpp"
 
 namespace {
 
+using coretry::testing::manual_clock;
 using std::chrono::nanoseconds;
 
 constexpr double ns_per_unit = 1000.0;
+
+nanoseconds units(double u) {
+  return nanoseconds{std::llround(u * ns_per_unit)};
+}
 
 struct strategy {
   std::string_view name;
   coretry::backoff backoff;
 };
 
-/// The five strategies of the comparison: base 5 units, cap 2000 units.
+/// The five strategies of the comparison: base 5 units, cap 2000 units. The loop asks the
+/// backoff for `delay(n)` before retry n + 1 with n from 0, and the model's first retry waits
+/// 5 * 2^1: the growth curve therefore starts at 10. Decorrelated jitter ignores the curve and
+/// starts from the backoff's initial delay, which must stay the model's base of 5.
 std::vector<strategy> make_strategies() {
-  const nanoseconds base{static_cast<std::int64_t>(5 * ns_per_unit)};
-  const nanoseconds cap{static_cast<std::int64_t>(2000 * ns_per_unit)};
-  const auto exp = coretry::backoff::exponential(base, 2.0, cap);
+  const auto exp = coretry::backoff::exponential(units(10), 2.0, units(2000));
   return {
       {"none", coretry::backoff::fixed(nanoseconds::zero())},
       {"exponential", exp},
       {"equal", exp.with_jitter(coretry::jitter::equal())},
       {"full", exp.with_jitter(coretry::jitter::full())},
-      {"decorrelated", exp.with_jitter(coretry::jitter::decorrelated())},
+      {"decorrelated", coretry::backoff::exponential(units(5), 2.0, units(2000))
+                           .with_jitter(coretry::jitter::decorrelated())},
   };
 }
-
-enum class event_kind : std::uint8_t { read_at_server, read_reply, write_at_server, write_reply };
-
-struct event {
-  double time;
-  std::uint64_t seq; ///< Tie-breaker: equal times are processed in scheduling order.
-  event_kind kind;
-  std::uint32_t client;
-  std::uint64_t version; ///< The version a read reply carries / a write is based on.
-  bool ok;               ///< For write replies.
-  bool operator>(const event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-};
-
-struct client_state {
-  unsigned attempt = 0;   ///< Failed writes so far; the first retry uses attempt 1.
-  nanoseconds previous{}; ///< The previous sleep, for decorrelated jitter.
-};
 
 struct outcome {
   std::uint64_t writes = 0;
   double completion_time = 0;
 };
 
-/// One simulation: `clients` clients, one strategy, one random stream.
-outcome simulate(unsigned clients, const coretry::backoff& backoff, std::uint64_t seed) {
-  coretry::fast_rng rng(seed);
-  auto latency = [&] { return std::abs(10.0 + 2.0 * rng.normal()); };
+/// A message arriving: resumes its coroutine, through the executor, when the clock gets there.
+template <class Handler> struct arrival final : manual_clock::waiter {
+  arrival(Handler h, asio::any_io_executor ex) : handler(std::move(h)), executor(std::move(ex)) {}
+  void complete(std::error_code, bool) override { asio::post(executor, std::move(handler)); }
+  Handler handler;
+  asio::any_io_executor executor;
+};
 
-  std::priority_queue<event, std::vector<event>, std::greater<>> queue;
-  std::uint64_t seq = 0;
-  auto schedule = [&](double t, event_kind kind, std::uint32_t c, std::uint64_t version = 0,
-                      bool ok = false) {
-    queue.push(event{t, seq++, kind, c, version, ok});
-  };
+/// The row and the network of one simulation.
+struct world {
+  coretry::fast_rng rng;
+  std::uint64_t row_version = 0;
+  std::uint64_t writes = 0;
 
-  std::vector<client_state> state(clients);
-  for (std::uint32_t c = 0; c < clients; ++c) {
-    state[c].previous = backoff.initial();
-    schedule(latency(), event_kind::read_at_server, c);
+  nanoseconds latency() { return units(std::abs(10.0 + 2.0 * rng.normal())); }
+
+  /// One message on its way: a wait of one latency on the test clock. Queued on the clock
+  /// directly rather than through a `manual_timer`, whose `cancel()` scans every pending wait:
+  /// a message is never cancelled, and the sweep sends millions of them.
+  asio::awaitable<void> travel() {
+    auto ex = co_await asio::this_coro::executor;
+    co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
+        [this, ex](auto handler) {
+          manual_clock::enqueue(
+              manual_clock::now() + latency(),
+              std::make_shared<arrival<decltype(handler)>>(std::move(handler), ex));
+        },
+        asio::use_awaitable);
   }
 
-  std::uint64_t row_version = 0;
+  /// One attempt: read the version, write with it. Fails (without throwing) when another client
+  /// wrote in between.
+  asio::awaitable<std::tuple<std::error_code>> read_then_write() {
+    co_await travel(); // the read reaches the server
+    const std::uint64_t seen = row_version;
+    co_await travel(); // the reply comes back; the client writes at once
+    co_await travel(); // the write reaches the server
+    ++writes;
+    const bool ok = seen == row_version;
+    if (ok)
+      ++row_version;
+    co_await travel(); // the reply comes back
+    co_return std::tuple<std::error_code>{
+        ok ? std::error_code{} : std::make_error_code(std::errc::device_or_resource_busy)};
+  }
+};
+
+/// One simulation: `clients` retry operations under one strategy, one random stream.
+outcome simulate(unsigned clients, const coretry::backoff& backoff, std::uint64_t seed) {
+  manual_clock::reset();
+  asio::io_context io;
+  world w{coretry::fast_rng(seed)};
+  // Retry until it works: only the spacing of the retries differs between strategies. The seed
+  // makes the run reproducible; each operation still draws its own jitter stream from it.
+  const coretry::retry_policy policy{
+      .max_attempts = std::numeric_limits<unsigned>::max(),
+      .backoff = backoff,
+      .seed = coretry::jitter_seed(seed ^ 0x9e3779b97f4a7c15ull),
+  };
   outcome out;
   unsigned done = 0;
-  while (!queue.empty() && done < clients) {
-    const event e = queue.top();
-    queue.pop();
-    switch (e.kind) {
-    case event_kind::read_at_server:
-      schedule(e.time + latency(), event_kind::read_reply, e.client, row_version);
-      break;
-    case event_kind::read_reply:
-      schedule(e.time + latency(), event_kind::write_at_server, e.client, e.version);
-      break;
-    case event_kind::write_at_server: {
-      ++out.writes;
-      const bool ok = e.version == row_version;
-      if (ok)
-        ++row_version;
-      schedule(e.time + latency(), event_kind::write_reply, e.client, 0, ok);
-      break;
-    }
-    case event_kind::write_reply:
-      if (e.ok) {
-        ++done;
-        out.completion_time = e.time;
-      } else {
-        client_state& s = state[e.client];
-        ++s.attempt;
-        // coretry numbers retries from 0 with d(0) = base; passing the model's attempt (from 1)
-        // as the retry index gives the model's base * 2^attempt.
-        const nanoseconds sleep = backoff.delay(s.attempt, s.previous, rng);
-        s.previous = sleep;
-        schedule(e.time + latency() + static_cast<double>(sleep.count()) / ns_per_unit,
-                 event_kind::read_at_server, e.client);
-      }
-      break;
-    }
-  }
+  std::exception_ptr failure;
+  for (unsigned c = 0; c < clients; ++c)
+    asio::co_spawn(io,
+                   coretry::retry_async<coretry::testing::manual_timer>(
+                       [&w] { return w.read_then_write(); }, policy),
+                   [&](std::exception_ptr e) {
+                     if (e && !failure)
+                       failure = e;
+                     ++done;
+                     out.completion_time =
+                         static_cast<double>(manual_clock::elapsed().count()) / ns_per_unit;
+                   });
+  if (!coretry::testing::drive(io, [&] { return done == clients; }))
+    throw std::logic_error("jitter_contention: the clients stalled");
+  if (failure)
+    std::rethrow_exception(failure);
+  out.writes = w.writes;
   return out;
 }
 
@@ -202,52 +231,16 @@ options parse(int argc, char** argv) {
 
 void draw(const options& o, const std::vector<strategy>& strategies,
           const std::map<std::pair<unsigned, std::string_view>, std::pair<double, double>>& means) {
-  if (sample_plot::have_gnuplot()) {
-    const std::string png = o.out_dir + "/jitter_contention.png";
-    // One inline data block per strategy, so that each line is drawn unbroken.
-    std::string script;
-    for (const auto& s : strategies) {
-      script += '$';
-      script += s.name;
-      script += " << EOD\n";
-      for (unsigned c : o.sizes) {
-        const auto& m = means.at({c, s.name});
-        char line[96];
-        std::snprintf(line, sizeof line, "%u %.3f %.3f\n", c, m.first, m.second);
-        script += line;
-      }
-      script += "EOD\n";
-    }
-    script += "set terminal pngcairo size 1000,800\nset output '" + png +
-              "'\nset key top left\nset grid\nset multiplot layout 2,1\nset xlabel 'clients'\n";
-    for (int panel = 0; panel < 2; ++panel) {
-      script += panel == 0 ? "set title 'Writes the server received (mean of " +
-                                 std::to_string(o.runs) + " runs)'\nset ylabel 'calls'\n"
-                           : "set title 'Time until the last client is done (mean)'\n"
-                             "set ylabel 'model time units (log)'\nset logscale y\n";
-      script += "plot ";
-      // Appended piece by piece: `"literal" + std::string&&` trips g++ 12's -Wrestrict at -O3.
-      for (std::size_t i = 0; i < strategies.size(); ++i) {
-        script += i ? ", $" : "$";
-        script += strategies[i].name;
-        script += panel == 0 ? " using 1:2" : " using 1:3";
-        script += " with linespoints lw 2 title '";
-        script += strategies[i].name;
-        script += "'";
-      }
-      script += "\n";
-    }
-    script += "unset multiplot\n";
-    if (sample_plot::run_gnuplot(script)) {
-      std::printf("picture: %s\n", png.c_str());
-      return;
-    }
-  }
-  std::vector<sample_plot::panel> panels(2);
-  panels[0] = {"Writes the server received (mean)", "clients", "calls", {}, {}};
+  std::vector<sample_support::panel> panels(2);
+  panels[0] = {"Writes the server received (mean of " + std::to_string(o.runs) + " runs)",
+               "clients",
+               "calls",
+               {},
+               {}};
   panels[1] = {"Time until the last client is done (mean)", "clients", "model time units", {}, {}};
+  panels[1].log_y = true;
   for (const auto& s : strategies) {
-    sample_plot::series calls{std::string(s.name), {}}, time{std::string(s.name), {}};
+    sample_support::series calls{std::string(s.name), {}}, time{std::string(s.name), {}};
     for (unsigned c : o.sizes) {
       const auto& m = means.at({c, s.name});
       calls.points.emplace_back(c, m.first);
@@ -256,9 +249,9 @@ void draw(const options& o, const std::vector<strategy>& strategies,
     panels[0].lines.push_back(calls);
     panels[1].lines.push_back(time);
   }
-  const std::string svg = o.out_dir + "/jitter_contention.svg";
-  if (sample_plot::write_svg(svg, panels))
-    std::printf("picture: %s\n", svg.c_str());
+  const std::string picture = sample_support::draw(o.out_dir + "/jitter_contention", panels);
+  if (!picture.empty())
+    std::printf("picture: %s\n", picture.c_str());
 }
 
 } // namespace

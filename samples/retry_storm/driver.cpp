@@ -1,7 +1,11 @@
-// retry_storm: article 000's experiment, live. For each strategy: start a fresh
-// retry_storm_server, let the swarm reach a steady state, freeze the server (SIGSTOP), thaw it
-// (SIGCONT) and watch whether the service recovers. Writes a per-second CSV, a summary and a
-// picture. `retry_storm swarm --url URL` runs the swarm alone against any HTTP server.
+// retry_storm: the experiment of "Exponential Backoff or how not to crash a server", live.
+// For each strategy: start a fresh retry_storm_server, let the swarm reach a steady state, freeze
+// the server (SIGSTOP), thaw it (SIGCONT) and watch whether the service recovers. Writes a
+// per-second CSV, a summary and a picture. `retry_storm swarm --url URL` runs the swarm alone
+// against any HTTP server.
+#include "support/fd_limit.hpp"
+#include "support/plot.hpp"
+
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -25,12 +29,10 @@
 #include <string_view>
 #include <vector>
 
-#include "../jitter_contention/svg_plot.hpp"
 #include "swarm.hpp"
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,14 +275,6 @@ options parse(int argc, char** argv, int first) {
   return o;
 }
 
-void raise_fd_limit() {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
-}
-
 // --- One run -------------------------------------------------------------------------------
 
 struct row {
@@ -472,57 +466,25 @@ std::string ratio(std::uint64_t a, std::uint64_t b) {
 }
 
 void draw(const options& o, const std::vector<std::string>& strategies,
-          const std::vector<row>& rows, const std::string& csv) {
+          const std::vector<row>& rows) {
   const double stop = o.steady_s, resume = o.steady_s + o.outage_s;
-  if (sample_plot::have_gnuplot()) {
-    const std::string png = o.out_dir + "/retry_storm.png";
-    std::string script =
-        "set terminal pngcairo size 1100,850\nset output '" + png +
-        "'\nset datafile separator ','\nset grid\nset key outside right\n"
-        "set object 1 rect from " +
-        std::to_string(stop) + ", graph 0 to " + std::to_string(resume) +
-        ", graph 1 fc rgb '#dddddd' fs solid 0.6 behind\n"
-        "set multiplot layout 2,1\nset xlabel 'seconds (shaded: server stopped)'\n";
-    for (int panel = 0; panel < 2; ++panel) {
-      script += panel == 0
-                    ? "set title 'Successful requests per second'\nset ylabel 'OK/s'\n"
-                    : "set title 'Server concurrency (highest each second; frozen while stopped)'\n"
-                      "set ylabel 'concurrency (log)'\nset logscale y\n";
-      script += "plot ";
-      // OK/s from column 3; concurrency from column 12, the highest of each second (a burst
-      // at resume lasts less than a second), skipping zeros on the log scale.
-      // (Appended piece by piece: `"literal" + std::string&&` trips g++ 12's -Wrestrict.)
-      for (std::size_t i = 0; i < strategies.size(); ++i) {
-        script += i ? ", '" : "'";
-        script += csv;
-        script += "' using 1:(strcol(2) eq '";
-        script += strategies[i];
-        script += panel == 0 ? "' ? column(3)" : "' && column(12) > 0 ? column(12)";
-        script += " : NaN) with lines lw 2 title '";
-        script += strategies[i];
-        script += "'";
-      }
-      script += "\n";
-    }
-    script += "unset multiplot\n";
-    if (sample_plot::run_gnuplot(script)) {
-      std::printf("picture: %s\n", png.c_str());
-      return;
-    }
-  }
-  std::vector<sample_plot::panel> panels(2);
+  std::vector<sample_support::panel> panels(2);
   panels[0] = {"Successful requests per second",
                "seconds (shaded: server stopped)",
                "OK/s",
                {},
                {{stop, resume}}};
-  panels[1] = {"Server concurrency",
+  // The highest concurrency of each second: a burst at resume lasts less than a second.
+  panels[1] = {"Server concurrency (highest each second; frozen while stopped)",
                "seconds (shaded: server stopped)",
-               "requests in progress",
+               "concurrency",
                {},
                {{stop, resume}}};
+  panels[1].log_y = true;
+  for (auto& p : panels)
+    p.marks = false;
   for (const auto& s : strategies) {
-    sample_plot::series ok{s, {}}, conc{s, {}};
+    sample_support::series ok{s, {}}, conc{s, {}};
     for (const row& r : rows)
       if (r.strategy == s) {
         ok.points.emplace_back(r.t, static_cast<double>(r.ok));
@@ -531,9 +493,9 @@ void draw(const options& o, const std::vector<std::string>& strategies,
     panels[0].lines.push_back(ok);
     panels[1].lines.push_back(conc);
   }
-  const std::string svg = o.out_dir + "/retry_storm.svg";
-  if (sample_plot::write_svg(svg, panels))
-    std::printf("picture: %s\n", svg.c_str());
+  const std::string picture = sample_support::draw(o.out_dir + "/retry_storm", panels);
+  if (!picture.empty())
+    std::printf("picture: %s\n", picture.c_str());
 }
 
 int run_experiment(const options& o) {
@@ -598,7 +560,7 @@ int run_experiment(const options& o) {
   }
   std::printf("csv: %s\nsummary: %s\n", csv_path.c_str(), summary_path.c_str());
   if (o.plot)
-    draw(o, o.strategies, all, csv_path);
+    draw(o, o.strategies, all);
   std::printf("wall time: %.1f s\n",
               std::chrono::duration<double>(clock_type::now() - started).count());
   return 0;
@@ -655,7 +617,7 @@ int main(int argc, char** argv) {
     first = 2;
   }
   const options o = parse(argc, argv, first);
-  raise_fd_limit();
+  sample_support::raise_fd_limit();
   signal(SIGINT, on_fatal_signal);
   signal(SIGTERM, on_fatal_signal);
   signal(SIGHUP, on_fatal_signal);

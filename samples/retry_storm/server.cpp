@@ -1,4 +1,5 @@
-// retry_storm_server: an HTTP/1.1 server whose response time follows article 000's latency model.
+// retry_storm_server: an HTTP/1.1 server whose response time follows the latency model of
+// "Exponential Backoff or how not to crash a server".
 //
 // Every request waits `base` while at most `limit` requests are in progress, and
 // `base * factor^((concurrency - limit) / k)` beyond that. The delay is not fixed when the request
@@ -17,6 +18,8 @@
 //   port <n>                                      once, when listening
 //   stat t=<s> concurrency=<n> delay_ms=<d> peak=<n> accepted=<n> completed=<n>
 //     every --stats-interval; peak is the highest concurrency since the previous line
+#include "support/fd_limit.hpp"
+
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -39,8 +42,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <sys/resource.h>
 
 namespace {
 
@@ -224,14 +225,6 @@ asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& 
   }
 }
 
-void raise_fd_limit() {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
-}
-
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: retry_storm_server [--port N (0 = any; default 8070)] [--base-ms 100]\n"
@@ -285,7 +278,7 @@ options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
-  raise_fd_limit();
+  sample_support::raise_fd_limit();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   asio::io_context io(1);
