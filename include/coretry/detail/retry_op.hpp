@@ -29,12 +29,14 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
+#include <asio/thread_pool.hpp>
 
 #include <exception>
 #include <memory>
 #include <optional>
 #include <system_error>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 namespace coretry::detail {
@@ -106,20 +108,42 @@ struct deliver_error_code {
 
 // --- The controlled path's state -------------------------------------------------------------
 
-/// Calls `f` with the io_context executor inside `ex` when there is one, else with `ex`. A
-/// strand of the concrete executor fits in `any_io_executor`'s small buffer, so every copy of the
-/// loop's executor is a copy instead of a heap allocation through two layers of type erasure.
-template <class Executor, class F> void with_concrete_executor(const Executor& ex, F&& f) {
-  if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
-    using untracked = asio::io_context::executor_type;
-    using tracked = std::decay_t<decltype(asio::prefer(std::declval<const untracked&>(),
-                                                       asio::execution::outstanding_work.tracked))>;
-    if (const auto* t = ex.template target<tracked>())
+/// `ex.target<T>()`, checked: Asio 1.22's `any_executor::target` casts to whatever type it is
+/// asked for without comparing it with the target's.
+template <class T> const T* target_as(const asio::any_io_executor& ex) noexcept {
+  return ex.target_type() == typeid(T) ? ex.template target<T>() : nullptr;
+}
+
+template <class E> struct is_strand : std::false_type {};
+template <class E> struct is_strand<asio::strand<E>> : std::true_type {};
+
+/// Calls `f` with the executor the operation is to be serialized on: `ex` itself when it is a
+/// strand already (the caller's own strand: the loop then runs on it, not on a strand of it),
+/// else a new strand of the concrete executor inside `ex` when that is an io_context's or a
+/// thread_pool's (a strand of a concrete executor fits in `any_io_executor`'s small buffer, so
+/// copying the loop's executor never allocates), else a new strand of `ex`.
+template <class Executor, class F> void with_serializing_executor(const Executor& ex, F&& f) {
+  if constexpr (is_strand<Executor>::value) {
+    return f(ex);
+  } else if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
+    using io = asio::io_context::executor_type;
+    using io_tracked = std::decay_t<decltype(asio::prefer(
+        std::declval<const io&>(), asio::execution::outstanding_work.tracked))>;
+    using pool = asio::thread_pool::executor_type;
+    if (const auto* t = target_as<asio::strand<io>>(ex))
       return f(*t);
-    if (const auto* t = ex.template target<untracked>())
+    if (const auto* t = target_as<asio::strand<pool>>(ex))
       return f(*t);
+    if (const auto* t = target_as<asio::strand<asio::any_io_executor>>(ex))
+      return f(*t);
+    if (const auto* t = target_as<io_tracked>(ex))
+      return f(asio::make_strand(*t));
+    if (const auto* t = target_as<io>(ex))
+      return f(asio::make_strand(*t));
+    if (const auto* t = target_as<pool>(ex))
+      return f(asio::make_strand(*t));
   }
-  f(ex);
+  f(asio::make_strand(ex));
 }
 
 /// Shared by the loop, its attempt timer's handler, the caller's slot handler and a group
@@ -295,19 +319,19 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
                      completion(std::forward<Handler>(handler), nullptr, ex));
       return;
     }
-    with_concrete_executor(ex, [&](const auto& inner) {
-      start_controlled(std::forward<Handler>(handler), ex, inner, std::move(op), std::move(policy),
+    with_serializing_executor(ex, [&](const auto& strand) {
+      start_controlled(std::forward<Handler>(handler), ex, strand, std::move(op), std::move(policy),
                        stats, user_slot);
     });
   }
 
-  template <class Handler, class Executor, class Inner, class Op, class Slot>
-  static void start_controlled(Handler&& handler, const Executor& ex, const Inner& inner, Op op,
+  template <class Handler, class Executor, class Strand, class Op, class Slot>
+  static void start_controlled(Handler&& handler, const Executor& ex, const Strand& strand, Op op,
                                retry_policy policy, retry_stats* stats, Slot user_slot) {
     using handler_type = std::decay_t<Handler>;
-    using state_type = op_state<asio::strand<Inner>, Timer>;
+    using state_type = op_state<Strand, Timer>;
     const bool timed = policy.deadline != unlimited || policy.attempt_timeout != unlimited;
-    auto state = std::make_shared<state_type>(asio::make_strand(inner), policy.cancellation, timed);
+    auto state = std::make_shared<state_type>(strand, policy.cancellation, timed);
     if (user_slot.is_connected()) {
       // Any cancellation type stops the loop (a coroutine heeds only terminal ones). Weak: a
       // slot that outlives the operation's execution context must not keep it, nor reach it.
@@ -316,9 +340,8 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
           s->cancel_on_strand();
       });
     }
-    auto strand = state->strand;
     state_type* control = state.get();
-    asio::co_spawn(std::move(strand),
+    asio::co_spawn(strand,
                    retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, control),
                    retry_completion<T, handler_type, state_type, Executor, Deliver>(
                        std::forward<Handler>(handler), std::move(state), ex));
