@@ -49,6 +49,7 @@ constexpr long in_flight = 64;
 constexpr long connection_limit = 32;
 constexpr unsigned max_attempts = 3;
 constexpr auto retry_delay = 1ms;
+constexpr double run_limit_s = 120; // no run may take longer
 
 /// The server process: started with fork/exec, stopped by closing its stdin.
 class server_process {
@@ -61,9 +62,13 @@ public:
     if (pid_ < 0)
       throw std::runtime_error("fork failed");
     if (pid_ == 0) {
-      ::dup2(to[0], 0);
-      ::dup2(from[1], 1);
-      ::close(to[0]), ::close(to[1]), ::close(from[0]), ::close(from[1]);
+      // (A pipe end may already be 0 or 1 when this process was started with those closed.)
+      ::close(to[1]);
+      ::close(from[0]);
+      if (to[0] != 0)
+        ::dup2(to[0], 0), ::close(to[0]);
+      if (from[1] != 1)
+        ::dup2(from[1], 1), ::close(from[1]);
       const std::string f = "--fail=" + fail, n = "--ids=" + std::to_string(ids);
       ::execl(path.c_str(), path.c_str(), f.c_str(), n.c_str(), static_cast<char*>(nullptr));
       std::_Exit(127);
@@ -141,6 +146,7 @@ void setup_easy(CURL* e, const std::string& url) {
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 60000L); // bounded: a stuck transfer fails
 }
 
 struct totals {
@@ -196,7 +202,18 @@ totals coretry_throughput(const server_process& server, long n) {
       if (++done == in_flight)
         watch.cancel();
     });
-  io.run();
+  // Bounded: a stuck run reports what it was waiting for and fails, never hangs.
+  while (done < in_flight && cb::seconds_since(t0) < run_limit_s)
+    io.run_one_for(100ms);
+  if (done < in_flight) {
+    const auto st = c.stats();
+    std::fprintf(stderr,
+                 "coretry_http_bench: coretry stuck after %.0f s: %ld of %ld workers done, %ld ok; "
+                 "client: %zu active, %zu queued, %zu open connections, %zu waiting retries\n",
+                 cb::seconds_since(t0), done, in_flight, t.ok, st.active_transfers,
+                 st.queued_requests, st.open_connections, st.waiting_retries);
+    std::_Exit(3);
+  }
   t.seconds = cb::seconds_since(t0);
   t.peak.sockets = long(c.stats().peak_open_connections);
   return t;
@@ -409,7 +426,7 @@ totals multi_throughput(const server_process& server, long n) {
     const auto t0 = cb::steady::now();
     m.start();
     // Bounded: a stuck loop fails the run, never hangs it.
-    while (m.finished < n && cb::seconds_since(t0) < 300)
+    while (m.finished < n && cb::seconds_since(t0) < run_limit_s)
       io.run_one_for(100ms);
     t.seconds = cb::seconds_since(t0);
     watch.cancel();

@@ -1,7 +1,9 @@
 // Per-call costs of the retry loop, each next to its baseline. The variants alternate inside
 // each repetition, in one process, so that a slow moment of a loaded machine hits both sides.
 //
-//   coretry_bench [--reps=7] [--calls=200000]
+//   coretry_bench [--reps=7] [--calls=200000] [--only=<variant>]
+//
+// --only runs one variant (e.g. under `valgrind --tool=callgrind`).
 //
 // Rows (.ci/bench pairs them):
 //   success_ns     coretry (plain op)          vs loop (hand-written for-loop) and direct (await)
@@ -21,6 +23,7 @@
 #include <exception>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "harness.hpp"
 
@@ -121,23 +124,30 @@ int main(int argc, char** argv) try {
   const long calls = cb::count_option(argc, argv, "calls", 200'000);
   const long timed_calls = std::max(1L, calls / 8); // the timeout rows cost ~10x more per call
   const long jitter_calls = calls * 20;
+  const std::string only = cb::option(argc, argv, "only", "");
   // One untimed round first, so that every variant starts with warm caches and a grown heap.
   for (long rep = 0; rep <= reps; ++rep) {
     const bool keep = rep > 0;
-    auto put = [&](const char* metric, const char* variant, double v) {
+    // Runs `measure` unless --only names another variant (for profilers).
+    auto put = [&](const char* metric, const char* variant, auto measure) {
+      if (!only.empty() && only != variant)
+        return;
+      const double v = measure();
       if (keep)
         cb::sample(metric, variant, v);
     };
-    put("success_ns", "direct", time_awaits(calls, one_round_trip));
-    put("success_ns", "loop", time_awaits(calls, hand_written_retry));
-    put("success_ns", "coretry",
-        time_awaits(calls, [] { return coretry::retry_async(one_round_trip, plain_policy); }));
-    put("timeout_ns", "or_timer", time_awaits(timed_calls, or_timer));
-    put("timeout_ns", "coretry_timeout", time_awaits(timed_calls, [] {
-          return coretry::retry_async(one_round_trip, timeout_policy);
-        }));
-    put("jitter_ns", "mt19937_64", mt_full_jitter(jitter_calls));
-    put("jitter_ns", "coretry_full", coretry_full_jitter(jitter_calls));
+    put("success_ns", "direct", [&] { return time_awaits(calls, one_round_trip); });
+    put("success_ns", "loop", [&] { return time_awaits(calls, hand_written_retry); });
+    put("success_ns", "coretry", [&] {
+      return time_awaits(calls, [] { return coretry::retry_async(one_round_trip, plain_policy); });
+    });
+    put("timeout_ns", "or_timer", [&] { return time_awaits(timed_calls, or_timer); });
+    put("timeout_ns", "coretry_timeout", [&] {
+      return time_awaits(timed_calls,
+                         [] { return coretry::retry_async(one_round_trip, timeout_policy); });
+    });
+    put("jitter_ns", "mt19937_64", [&] { return mt_full_jitter(jitter_calls); });
+    put("jitter_ns", "coretry_full", [&] { return coretry_full_jitter(jitter_calls); });
   }
   return 0;
 } catch (const std::exception& e) {
