@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -511,10 +512,24 @@ int coretry_waiting(const server_process& server, long n) {
 }
 
 int threads_waiting(const server_process& server, long n) {
+  // Each waiting thread holds three descriptors: its connection and the wake-up socket pair of
+  // curl_easy_perform's internal multi handle. Beyond the descriptor limit thread-per-request
+  // cannot hold its operations at all; it runs as many as fit (the figures are per operation).
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  const long fit = (static_cast<long>(lim.rlim_cur) - 64) / 3;
+  if (n > fit) {
+    std::fprintf(stderr,
+                 "# thread per request: %ld of %ld waiting operations fit under the descriptor "
+                 "limit of %ld (3 descriptors each); measured with %ld\n",
+                 fit, n, static_cast<long>(lim.rlim_cur), fit);
+    n = fit;
+  }
   std::mutex m;
   std::condition_variable cv;
   bool stop = false;
   long asleep = 0;
+  std::atomic<long> failed{0};
   const long rss0 = cb::proc_status("VmRSS");
   std::vector<std::thread> threads;
   threads.reserve(std::size_t(n));
@@ -522,7 +537,11 @@ int threads_waiting(const server_process& server, long n) {
     threads.emplace_back([&, i] {
       CURL* e = curl_easy_init();
       setup_easy(e, server.url(i));
-      curl_easy_perform(e); // 503: the first attempt fails; the handle keeps its connection
+      // 503: the first attempt fails; the handle keeps its connection.
+      long status = 0;
+      if (curl_easy_perform(e) != CURLE_OK ||
+          curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK || status != 503)
+        ++failed;
       std::unique_lock lock(m);
       ++asleep;
       cv.notify_all();
@@ -534,8 +553,12 @@ int threads_waiting(const server_process& server, long n) {
     std::unique_lock lock(m);
     cv.wait_for(lock, 120s, [&] { return asleep == n; });
   }
-  const bool all = asleep == n;
-  report_waiting("threads", n, rss0, cb::open_ip_sockets(), cb::proc_status("Threads"));
+  const bool all = asleep == n && failed == 0;
+  if (all)
+    report_waiting("threads", n, rss0, cb::open_ip_sockets(), cb::proc_status("Threads"));
+  else
+    std::fprintf(stderr, "coretry_http_bench: threads: %ld of %ld asleep, %ld failed\n", asleep, n,
+                 failed.load());
   {
     std::lock_guard lock(m);
     stop = true;

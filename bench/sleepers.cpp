@@ -15,9 +15,11 @@
 //   bare_catch      the same after throwing and catching one std::system_error
 //   bare_signal     bare plus one cancellation_signal each, emitted one by one to cancel all
 //
-// --mode=accuracy: `count` sleeps with delays drawn uniformly over [0, window) at once; prints
-// how late each one woke (`late_p50_us`, `late_p99_us`, `late_max_us`).
-//   coretry         retry loop with fixed(window) full-jitter backoff; lateness of attempt 2
+// --mode=accuracy: `count` sleeps with delays drawn uniformly over [window, 2 window), all
+// started at once (no sleep is due before every one has started); prints how late each one
+// woke (`late_p50_us`, `late_p99_us`, `late_max_us`).
+//   coretry         retry loop (error-as-value attempt) with fixed(2 window) equal-jitter
+//                   backoff; lateness of attempt 2 against the delay `on_retry` reported
 //   bare            coroutines on steady_timers with the same delay distribution
 #include <coretry/coretry.hpp>
 
@@ -183,7 +185,7 @@ int run_accuracy(const std::string& variant, long n, std::chrono::milliseconds w
   };
   if (variant == "bare") {
     std::mt19937_64 gen(42);
-    std::uniform_real_distribution<double> dist(0.0, 1.0);
+    std::uniform_real_distribution<double> dist(1.0, 2.0);
     for (long i = 0; i < n; ++i) {
       const auto delay = std::chrono::duration_cast<cb::steady::duration>(dist(gen) * window);
       asio::co_spawn(
@@ -201,7 +203,7 @@ int run_accuracy(const std::string& variant, long n, std::chrono::milliseconds w
     // One seed shared by every copy: operation k draws the stream mix(42, k).
     const coretry::retry_policy base{
         .max_attempts = 2,
-        .backoff = coretry::backoff::fixed(window).with_jitter(coretry::jitter::full()),
+        .backoff = coretry::backoff::fixed(2 * window).with_jitter(coretry::jitter::equal()),
         .seed = 42,
     };
     for (long i = 0; i < n; ++i) {
@@ -211,11 +213,11 @@ int run_accuracy(const std::string& variant, long n, std::chrono::milliseconds w
       };
       coretry::async_retry(
           io.get_executor(),
-          [&, i, attempt = 0]() mutable -> asio::awaitable<int> {
+          [&, i, attempt = 0]() mutable -> asio::awaitable<std::tuple<std::error_code, int>> {
             if (++attempt == 1)
-              throw std::system_error(make_error_code(std::errc::connection_refused));
+              co_return std::tuple{make_error_code(std::errc::connection_refused), 0};
             woke(i);
-            co_return 0;
+            co_return std::tuple{std::error_code{}, 0};
           },
           std::move(policy), [](std::error_code, int) {});
     }
