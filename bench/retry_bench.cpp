@@ -1,9 +1,14 @@
-// Costs of the retry loop, each next to the baseline it must be compared with, in one run:
-//   a call that succeeds at once      vs awaiting the operation directly / a hand-written loop
-//   a per-attempt timeout             vs `op() || timer.async_wait()`
-//   drawing one jittered delay        vs std::mt19937 + std::uniform_real_distribution
-// Run: build/release/bench/coretry_bench --benchmark_min_time=0.2
-// The ratios are what matter; absolute numbers move with the machine.
+// Per-call costs of the retry loop, each next to its baseline. The variants alternate inside
+// each repetition, in one process, so that a slow moment of a loaded machine hits both sides.
+//
+//   coretry_bench [--reps=7] [--calls=200000] [--only=<variant>]
+//
+// --only runs one variant (e.g. under `valgrind --tool=callgrind`).
+//
+// Rows (.ci/bench pairs them):
+//   success_ns     coretry (plain op)          vs loop (hand-written for-loop) and direct (await)
+//   timeout_ns     coretry_timeout             vs or_timer (`op() || timer.async_wait()`)
+//   jitter_ns      coretry_full                vs mt19937_64 (+ uniform_real_distribution)
 #include <coretry/coretry.hpp>
 
 #include <asio/co_spawn.hpp>
@@ -13,11 +18,17 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <optional>
 #include <random>
+#include <string>
 
-#include <benchmark/benchmark.h>
+#include "harness.hpp"
 
 using namespace std::chrono_literals;
+namespace cb = coretry::bench;
 
 namespace {
 
@@ -27,28 +38,33 @@ asio::awaitable<int> one_round_trip() {
   co_return 1;
 }
 
-template <class Body> void run_loop(benchmark::State& state, Body body) {
+volatile int sink = 0;
+
+/// Nanoseconds per call of `body()` awaited `calls` times in one coroutine.
+template <class Body> double time_awaits(long calls, Body body) {
   asio::io_context io(1);
+  double ns = 0;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        for (auto _ : state)
-          benchmark::DoNotOptimize(co_await body());
+        const auto t0 = cb::steady::now();
+        for (long i = 0; i < calls; ++i)
+          sink = sink + co_await body();
+        ns = cb::seconds_since(t0) * 1e9 / double(calls);
       },
-      asio::detached);
+      [](std::exception_ptr e) {
+        if (e)
+          std::rethrow_exception(e);
+      });
   io.run();
+  return ns;
 }
 
 const coretry::retry_policy plain_policy{};
 const coretry::retry_policy timeout_policy{.attempt_timeout = 10s};
 
-// --- success at once ---------------------------------------------------------------------------
-
-void direct_await(benchmark::State& state) {
-  run_loop(state, one_round_trip);
-}
-
-// What a careful programmer writes by hand: try, catch, back off on a lazily made timer.
+// What a careful programmer writes by hand: try the operation; on an error, back off on a timer
+// made only when first needed. Its success path is one call and a zero-cost try block.
 asio::awaitable<int> hand_written_retry() {
   std::optional<asio::steady_timer> timer;
   for (int attempt = 1;; ++attempt) {
@@ -64,65 +80,77 @@ asio::awaitable<int> hand_written_retry() {
     co_await timer->async_wait(asio::use_awaitable);
   }
 }
-void hand_written_loop(benchmark::State& state) {
-  run_loop(state, hand_written_retry);
-}
 
-void coretry_retry_async(benchmark::State& state) {
-  run_loop(state, [] { return coretry::retry_async(one_round_trip, plain_policy); });
-}
-
-// --- per-attempt timeout -----------------------------------------------------------------------
-
-void asio_or_timeout(benchmark::State& state) {
+asio::awaitable<int> or_timer() {
   using namespace asio::experimental::awaitable_operators;
-  run_loop(state, []() -> asio::awaitable<int> {
-    asio::steady_timer timer(co_await asio::this_coro::executor, 10s);
-    auto r = co_await (one_round_trip() || timer.async_wait(asio::use_awaitable));
-    co_return static_cast<int>(r.index());
-  });
+  asio::steady_timer timer(co_await asio::this_coro::executor, 10s);
+  auto r = co_await (one_round_trip() || timer.async_wait(asio::use_awaitable));
+  co_return static_cast<int>(r.index());
 }
 
-void coretry_attempt_timeout(benchmark::State& state) {
-  run_loop(state, [] { return coretry::retry_async(one_round_trip, timeout_policy); });
-}
-
-// --- one jittered delay ------------------------------------------------------------------------
-
-void mt19937_uniform(benchmark::State& state) {
-  std::mt19937 gen(42);
+// Full jitter on an exponential schedule (100 ms doubling up to 32 s), as the standard library
+// offers it: the same arithmetic as coretry's delay.
+double mt_full_jitter(long calls) {
+  std::mt19937_64 gen(42);
   std::uniform_real_distribution<double> dist(0.0, 1.0);
-  double d = 100e6;
-  for (auto _ : state)
-    benchmark::DoNotOptimize(std::chrono::nanoseconds(static_cast<long long>(dist(gen) * d)));
+  long long total = 0;
+  const auto t0 = cb::steady::now();
+  for (long i = 0; i < calls; ++i) {
+    const double cap = std::min(32e9, 100e6 * double(1u << (unsigned(i) & 7u)));
+    total += std::chrono::nanoseconds(static_cast<long long>(dist(gen) * cap)).count();
+  }
+  const double ns = cb::seconds_since(t0) * 1e9 / double(calls);
+  sink = sink + static_cast<int>(total & 1);
+  return ns;
 }
 
-void coretry_full_jitter(benchmark::State& state) {
+double coretry_full_jitter(long calls) {
   const auto b =
       coretry::backoff::exponential(100ms, 2.0, 32s).with_jitter(coretry::jitter::full());
   coretry::fast_rng rng(42);
-  unsigned n = 0;
-  for (auto _ : state)
-    benchmark::DoNotOptimize(b.delay(n++ & 7u, 0ns, rng));
-}
-
-void coretry_decorrelated_jitter(benchmark::State& state) {
-  const auto b =
-      coretry::backoff::exponential(100ms, 2.0, 32s).with_jitter(coretry::jitter::decorrelated());
-  coretry::fast_rng rng(42);
-  std::chrono::nanoseconds previous = b.initial();
-  for (auto _ : state)
-    benchmark::DoNotOptimize(previous = b.delay(0, previous, rng));
+  long long total = 0;
+  const auto t0 = cb::steady::now();
+  for (long i = 0; i < calls; ++i)
+    total += b.delay(unsigned(i) & 7u, 0ns, rng).count();
+  const double ns = cb::seconds_since(t0) * 1e9 / double(calls);
+  sink = sink + static_cast<int>(total & 1);
+  return ns;
 }
 
 } // namespace
 
-BENCHMARK(direct_await);
-BENCHMARK(hand_written_loop);
-BENCHMARK(coretry_retry_async);
-BENCHMARK(asio_or_timeout);
-BENCHMARK(coretry_attempt_timeout);
-BENCHMARK(mt19937_uniform);
-BENCHMARK(coretry_full_jitter);
-BENCHMARK(coretry_decorrelated_jitter);
-BENCHMARK_MAIN();
+int main(int argc, char** argv) try {
+  const long reps = cb::count_option(argc, argv, "reps", 7);
+  const long calls = cb::count_option(argc, argv, "calls", 200'000);
+  const long timed_calls = std::max(1L, calls / 8); // the timeout rows cost ~10x more per call
+  const long jitter_calls = calls * 20;
+  const std::string only = cb::option(argc, argv, "only", "");
+  // One untimed round first, so that every variant starts with warm caches and a grown heap.
+  for (long rep = 0; rep <= reps; ++rep) {
+    const bool keep = rep > 0;
+    // Runs `measure` unless --only names another variant (for profilers).
+    auto put = [&](const char* metric, const char* variant, auto measure) {
+      if (!only.empty() && only != variant)
+        return;
+      const double v = measure();
+      if (keep)
+        cb::sample(metric, variant, v);
+    };
+    put("success_ns", "direct", [&] { return time_awaits(calls, one_round_trip); });
+    put("success_ns", "loop", [&] { return time_awaits(calls, hand_written_retry); });
+    put("success_ns", "coretry", [&] {
+      return time_awaits(calls, [] { return coretry::retry_async(one_round_trip, plain_policy); });
+    });
+    put("timeout_ns", "or_timer", [&] { return time_awaits(timed_calls, or_timer); });
+    put("timeout_ns", "coretry_timeout", [&] {
+      return time_awaits(timed_calls,
+                         [] { return coretry::retry_async(one_round_trip, timeout_policy); });
+    });
+    put("jitter_ns", "mt19937_64", [&] { return mt_full_jitter(jitter_calls); });
+    put("jitter_ns", "coretry_full", [&] { return coretry_full_jitter(jitter_calls); });
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "coretry_bench: %s\n", e.what());
+  return 2;
+}
