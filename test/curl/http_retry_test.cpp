@@ -356,6 +356,10 @@ TEST_CASE("a malformed request or policy throws std::invalid_argument at the cal
 }
 
 TEST_CASE("a per-attempt timeout cancels a hung transfer and the retry succeeds") {
+  // curl::retry's attempt and policy in retry_async on the manual clock: the attempt timeout
+  // and the backoff fire only when the test moves the clock, so the second attempt is never cut
+  // short however slow the machine is.
+  coretry::testing::manual_clock::reset();
   asio::io_context io;
   http_fault_server server(io.get_executor());
   server.push(http_action::hang());
@@ -364,15 +368,27 @@ TEST_CASE("a per-attempt timeout cancels a hung transfer and the retry succeeds"
   policy.attempt_timeout = 50ms;
   coretry::retry_stats stats;
   response r;
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    r = co_await coretry::curl::retry(c, get(server.url()), policy, stats);
-  }());
+  bool done = false;
+  auto [attempt, p] = coretry::curl::detail::prepare_http(c, get(server.url()), policy);
+  asio::co_spawn(
+      io,
+      coretry::retry_async<coretry::testing::manual_timer>(std::move(attempt), std::move(p), stats),
+      [&](std::exception_ptr e, response got) {
+        CHECK_FALSE(e);
+        r = std::move(got);
+        done = true;
+      });
+  run_until(io, [&] { return server.requests() == 1; }); // the first attempt hangs
+  coretry::testing::manual_clock::advance(50ms);         // its timeout
+  run_until(io, [&] { return c.stats().waiting_retries == 1; });
+  CHECK(c.stats().active_transfers == 0);
+  coretry::testing::manual_clock::advance(1ms); // the backoff's first delay
+  run_until(io, [&] { return done; });
   CHECK(r.status == 200);
   CHECK(stats.attempts == 2);
   CHECK(c.stats().active_transfers == 0);
   CHECK(c.stats().open_connections == 1); // the hung connection was closed, the good one kept
-  run_for(io, 10ms);
-  CHECK(server.open_connections() == 1);
+  run_until(io, [&] { return server.open_connections() == 1; });
 }
 
 TEST_CASE("cancellation mid-sleep and mid-transfer releases everything") {

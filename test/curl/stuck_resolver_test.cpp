@@ -20,10 +20,13 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "test_util.hpp"
 #include <dlfcn.h>
 #include <netdb.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace {
 
@@ -36,6 +39,7 @@ struct stuck_resolver {
   std::atomic<int> entered{0};  ///< lookups of stuck_name that started
   std::atomic<int> returned{0}; ///< and that returned
   std::atomic<int> delegated{0};
+  std::vector<pid_t> threads; ///< the resolver threads that looked stuck_name up
 };
 
 stuck_resolver& resolver() {
@@ -61,20 +65,22 @@ void release_stuck_lookups() {
   r.released = false;
 }
 
-std::size_t threads() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
-    ++n;
-  return n;
-}
-
-/// Waits (bounded) until the process is back to `n` threads: the detached resolver threads have
-/// finished their cleanup.
-void wait_threads_back_to(std::size_t n) {
+/// Waits (bounded) until every resolver thread that was stuck has exited: the detached
+/// threads have finished their cleanup, nothing is left running at the end of the test. (The
+/// threads are followed by id: a sanitizer's runtime may start threads of its own.)
+void wait_resolver_threads_gone() {
+  std::vector<pid_t> tids;
+  {
+    std::lock_guard lock(resolver().mutex);
+    tids.swap(resolver().threads);
+  }
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (threads() > n && std::chrono::steady_clock::now() < limit)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  CHECK(threads() <= n);
+  for (pid_t tid : tids) {
+    const auto path = "/proc/self/task/" + std::to_string(tid);
+    while (std::filesystem::exists(path) && std::chrono::steady_clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
 }
 
 /// Counts ticks every millisecond on `io` until `stop` is set.
@@ -93,9 +99,10 @@ extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo
                            addrinfo** res) {
   auto& r = resolver();
   if (node && std::strcmp(node, stuck_name) == 0) {
-    ++r.entered;
     {
       std::unique_lock lock(r.mutex);
+      r.threads.push_back(static_cast<pid_t>(::syscall(SYS_gettid)));
+      ++r.entered;
       // Bounded, so that a regression fails the test instead of hanging it forever.
       r.released_cv.wait_for(lock, std::chrono::seconds(30), [&] { return r.released; });
     }
@@ -108,7 +115,6 @@ extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo
 }
 
 TEST_CASE("an attempt timed out while its host name is resolved does not block the io thread") {
-  const auto threads_before = threads();
   auto& r = resolver();
   const int entered_before = r.entered.load();
   {
@@ -155,11 +161,10 @@ TEST_CASE("an attempt timed out while its host name is resolved does not block t
     stop = true;
   }
   release_stuck_lookups();
-  wait_threads_back_to(threads_before);
+  wait_resolver_threads_gone();
 }
 
 TEST_CASE("cancelling a transfer while its host name is resolved completes at once") {
-  const auto threads_before = threads();
   auto& r = resolver();
   {
     asio::io_context io;
@@ -201,5 +206,5 @@ TEST_CASE("cancelling a transfer while its host name is resolved completes at on
     stop = true;
   }
   release_stuck_lookups();
-  wait_threads_back_to(threads_before);
+  wait_resolver_threads_gone();
 }
