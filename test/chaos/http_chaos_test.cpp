@@ -9,7 +9,7 @@
 // (client first, then the context: the usual declaration order; handlers are then destroyed
 // uncalled, and nothing may touch them afterwards).
 //
-// CORETRY_CHAOS_HTTP_OPS sets the number of operations (default 2,000), CORETRY_CHAOS_SEED the
+// CORETRY_CHAOS_HTTP_OPS sets the number of operations (default 10,000), CORETRY_CHAOS_SEED the
 // seed (default: random, printed).
 
 #include <coretry/cancellation.hpp>
@@ -162,7 +162,7 @@ private:
 } // namespace
 
 TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destroyed first") {
-  const long total = env_long("CORETRY_CHAOS_HTTP_OPS", 2'000);
+  const long total = env_long("CORETRY_CHAOS_HTTP_OPS", 10'000);
   const auto seed =
       static_cast<std::uint64_t>(env_long("CORETRY_CHAOS_SEED", std::random_device{}()));
   CAPTURE(seed);
