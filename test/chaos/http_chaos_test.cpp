@@ -48,10 +48,15 @@
 #include <thread>
 #include <vector>
 
+#include "chaos/chaos_support.hpp"
+
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
 
 namespace {
+using coretry::test::chaos_seed;
+using coretry::test::env_long;
+using coretry::test::open_fds;
 
 enum class front : int { awaitable, callback, future, slot, race, count };
 enum class outcome : int { success, failure, cancelled, count };
@@ -92,18 +97,6 @@ struct handler_state {
   counters* stats;
   std::atomic<int> calls{0};
 };
-
-long env_long(const char* name, long fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atol(v) : fallback;
-}
-
-long open_fds() {
-  long n = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
-    ++n;
-  return n;
-}
 
 coretry::curl::request get_request(std::string url) {
   coretry::curl::request r;
@@ -163,11 +156,8 @@ private:
 
 TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destroyed first") {
   const long total = env_long("CORETRY_CHAOS_HTTP_OPS", 10'000);
-  const auto seed =
-      static_cast<std::uint64_t>(env_long("CORETRY_CHAOS_SEED", std::random_device{}()));
+  const auto seed = chaos_seed("http chaos", total);
   CAPTURE(seed);
-  std::printf("http chaos: %ld operations, seed %llu (CORETRY_CHAOS_SEED to replay)\n", total,
-              static_cast<unsigned long long>(seed));
   coretry::fast_rng rng(seed);
   { // libcurl's one-time global set-up is not a leak: do it before counting descriptors.
     asio::io_context warm;

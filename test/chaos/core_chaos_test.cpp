@@ -40,10 +40,15 @@
 #include <tuple>
 #include <vector>
 
+#include "chaos/chaos_support.hpp"
+
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
 
 namespace {
+using coretry::test::chaos_seed;
+using coretry::test::env_long;
+using coretry::test::open_fds;
 
 enum class front : int { awaitable, callback, future, use_awaitable, slot, race, count };
 enum class outcome : int { success, failure, cancelled, count };
@@ -61,18 +66,6 @@ struct stats_t {
   std::atomic<long> destroyed_uncalled{0};
   std::atomic<long> violations{0};
 };
-
-long open_fds() {
-  long n = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
-    ++n;
-  return n;
-}
-
-long env_long(const char* name, long fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atol(v) : fallback;
-}
 
 /// One attempt: per draw, succeed, fail retryably (thrown or returned), fail for good, or hang
 /// on a real timer until cancelled.
@@ -132,11 +125,8 @@ struct completion_guard {
 
 TEST_CASE("chaos: every operation completes exactly once, whatever happens around it") {
   const long total = env_long("CORETRY_CHAOS_OPS", 100'000);
-  const auto seed =
-      static_cast<std::uint64_t>(env_long("CORETRY_CHAOS_SEED", std::random_device{}()));
+  const auto seed = chaos_seed("chaos", total);
   CAPTURE(seed);
-  std::printf("chaos: %ld operations, seed %llu (CORETRY_CHAOS_SEED to replay)\n", total,
-              static_cast<unsigned long long>(seed));
   coretry::fast_rng rng(seed);
   stats_t stats;
   const long fds_before = open_fds();
