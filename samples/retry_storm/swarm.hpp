@@ -23,7 +23,8 @@ namespace retry_storm {
 /// The retry strategies of the experiment, by name:
 /// `fixed` (100 ms, no jitter: the article's naive client), `exponential` (100 ms doubling to
 /// 32 s, no jitter), and the same curve with `full` (coretry's default, "recommended"), `equal`,
-/// `decorrelated` or `normal` (article 000: relative deviation 0.1) jitter.
+/// `decorrelated` or `normal` (relative deviation 0.1, as in "Exponential Backoff or how not to
+/// crash a server") jitter.
 /// `time_scale` shrinks every delay (quick runs replay the experiment faster); 1 is the article's.
 std::optional<coretry::backoff> strategy_backoff(std::string_view name, double time_scale = 1.0);
 /// The names above, for usage messages.
