@@ -13,10 +13,12 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/error.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/use_awaitable.hpp>
 
 #include <memory>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 namespace coretry::curl {
@@ -56,23 +58,28 @@ struct http_retry_state {
   bool sleeping = false;
 };
 
+// Each attempt returns its transport error as a value (the `as_tuple` form the loop accepts), so
+// a failing request costs no exception on any path.
 inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
-  return [st = std::move(st)](coretry::attempt_context& ctx) -> asio::awaitable<response> {
-    st->wake();
-    st->last_status = 0;
-    auto impl = st->impl.lock();
-    if (!impl || !client_access::open(*impl))
-      throw std::system_error(asio::error::operation_aborted,
-                              "coretry::curl::retry: client destroyed");
-    response r =
-        co_await async_perform_on(std::move(impl), st->executor, st->req, asio::use_awaitable);
-    st->last_status = r.status;
-    if (honours_retry_after(r.status))
-      if (auto value = r.header("Retry-After"))
-        if (auto hint = parse_retry_after(*value))
-          ctx.retry_after(*hint);
-    co_return r;
-  };
+  return
+      [st = std::move(st)](
+          coretry::attempt_context& ctx) -> asio::awaitable<std::tuple<std::error_code, response>> {
+        st->wake();
+        st->last_status = 0;
+        auto impl = st->impl.lock();
+        if (!impl || !client_access::open(*impl)) // the client is gone
+          co_return std::tuple{std::error_code(asio::error::operation_aborted), response{}};
+        auto [ec, r] = co_await async_perform_on(std::move(impl), st->executor, st->req,
+                                                 asio::experimental::as_tuple(asio::use_awaitable));
+        if (ec)
+          co_return std::tuple{ec, response{}};
+        st->last_status = r.status;
+        if (honours_retry_after(r.status))
+          if (auto value = r.header("Retry-After"))
+            if (auto hint = parse_retry_after(*value))
+              ctx.retry_after(*hint);
+        co_return std::tuple{std::error_code{}, std::move(r)};
+      };
 }
 
 struct retryable_response {
