@@ -15,6 +15,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -184,4 +185,36 @@ TEST_CASE("timeouts slow the sending rate down; a wait past the deadline stops t
   CHECK(op.calls == 1);
   CHECK(rate->throttled == 1);             // the attempt timeout
   CHECK(manual_clock::elapsed() == 110ms); // no wait for a token that would come too late
+}
+
+TEST_CASE("an attempt the breaker let through is reported even if its io_context dies first") {
+  manual_clock::reset();
+  auto gate = std::make_shared<fake_gate>();
+  {
+    asio::io_context io;
+    scripted_op op{{hang()}};
+    retry_policy p{.max_attempts = 3};
+    p.breaker = gate;
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [&] { return op(); }, p, [](std::error_code, int) { FAIL("called"); });
+    io.poll();
+    REQUIRE(op.calls == 1);
+    manual_clock::reset(); // drops the hanging attempt's wait, as the context's end would
+  } // the frame is destroyed mid-attempt: a half-open probe slot must not be lost
+  CHECK(gate->granted == 1);
+  CHECK(gate->log == std::vector<std::string>{"abandoned"});
+}
+
+TEST_CASE("a retry_if that throws still reports the attempt to the breaker") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  scripted_op op{{fail(refused)}};
+  retry_policy p{.max_attempts = 3};
+  p.breaker = gate;
+  p.retry_if = [](const std::error_code&) -> bool { throw std::logic_error("bug"); };
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.error == coretry::errc::unexpected_exception);
+  CHECK(gate->log == std::vector<std::string>{"abandoned"});
 }

@@ -129,6 +129,20 @@ template <class Clock> nanoseconds read_clock(bool clocked) noexcept {
   return clocked ? since_epoch(Clock::now()) : nanoseconds{0};
 }
 
+/// Holds a breaker's grant until the attempt's outcome is reported. A frame destroyed with its
+/// execution context in the middle of an attempt still tells the breaker (`on_abandoned`), so
+/// that a half-open probe slot is never lost.
+template <class Clock> struct gate_grant {
+  attempt_gate* gate = nullptr;
+  gate_grant() = default;
+  gate_grant(const gate_grant&) = delete;
+  gate_grant& operator=(const gate_grant&) = delete;
+  ~gate_grant() {
+    if (gate)
+      gate->on_abandoned(since_epoch(Clock::now()));
+  }
+};
+
 /// `Control` is `std::nullptr_t` on the plain paths, or a pointer to the operation's state
 /// (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
 /// `start_attempt(limit)`, `end_attempt()` (true when the attempt timer cut the attempt),
@@ -150,6 +164,7 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
   loop_result<T> result;            // the attempt in hand, and in the end what is reported
   std::error_code last_error;
   bool have_token = false; // from `rate_limit`, for the next attempt
+  gate_grant<clock> grant; // set while an attempt the breaker let through is unreported
 
   bool armed = true;
   if constexpr (controlled)
@@ -192,6 +207,7 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
         exit::fail(result, stats, v.stop, v.report);
         break;
       }
+      grant.gate = policy.breaker.get();
       if (stats)
         stats->attempts = sched.attempts();
       attempt_context ctx(sched.attempts());
@@ -248,6 +264,7 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
         cancelled_now = cancelled_now || control->cancelled;
       else
         cancelled_now = cancelled_now || cs.cancelled() != asio::cancellation_type::none;
+      grant.gate = nullptr; // record() reports to the breaker, even when it throws
       if (policy.breaker || policy.rate_limit) {
         try {
           sched.record(result.error, cancelled_now || result.exception, read_clock<clock>(clocked));

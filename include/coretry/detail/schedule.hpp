@@ -108,9 +108,18 @@ public:
   /// success; `cancelled` when the caller stopped it.
   void record(const std::error_code& ec, bool cancelled, nanoseconds now) const {
     if (p_.breaker) {
+      bool failure = false;
+      if (ec && !cancelled) {
+        try {
+          failure = retryable(ec); // a user predicate: it may throw
+        } catch (...) {
+          p_.breaker->on_abandoned(now); // the breaker hears once, whatever happens
+          throw;
+        }
+      }
       if (cancelled)
         p_.breaker->on_abandoned(now);
-      else if (ec && retryable(ec))
+      else if (failure)
         p_.breaker->on_failure(now);
       else
         p_.breaker->on_success(now);
