@@ -306,6 +306,7 @@ TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destr
           t.join();
         client.reset(); // the usual order: the client goes first, then its context
         work.reset();
+        signal_strands.clear(); // strands die before their io_context
         io.reset();
         stats.torn_down = true;
         shared.cancel(); // a source outliving the context touches nothing
@@ -332,6 +333,7 @@ TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destr
           ++stuck_rounds;
         client.reset();
         work.reset();
+        signal_strands.clear(); // strands die before their io_context
         for (auto& t : threads)
           t.join(); // run() returns: nothing was left behind
         for (auto& f : futures)
