@@ -14,9 +14,17 @@
 // response ("Connection: close"): the storm is about requests, and a fresh connection per
 // request keeps the accounting simple (a client that timed out has closed its connection anyway).
 //
+// The listen backlog is the system's default unless --backlog says otherwise: the value of
+// /proc/sys/net/core/somaxconn (what Go's net package, and so the article's server, passes to
+// listen), else SOMAXCONN. It bounds how many requests queue up while the process is stopped.
+//
+// SIGUSR1 makes the server fail: every request read from then on is answered at once with
+// "503 Service Unavailable" (it never enters the model); SIGUSR2 makes it healthy again. The
+// budget demo uses this for an upstream that fails 100 % without slowing down.
+//
 // Output (stdout, line-buffered), machine-readable:
-//   port <n>                                      once, when listening
-//   stat t=<s> concurrency=<n> delay_ms=<d> peak=<n> accepted=<n> completed=<n>
+//   port <n> backlog <b>                          once, when listening
+//   stat t=<s> concurrency=<n> delay_ms=<d> peak=<n> accepted=<n> completed=<n> failed=<n>
 //     every --stats-interval; peak is the highest concurrency since the previous line
 #include "support/fd_limit.hpp"
 
@@ -35,13 +43,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include <sys/socket.h>
 
 namespace {
 
@@ -74,8 +87,18 @@ struct options {
   model m;
   double tick_s = 0.050;
   double stats_interval_s = 1.0;
-  int backlog = 512;
+  int backlog = 0; ///< 0: the system's default (see system_backlog).
 };
+
+/// The backlog a server gets when it asks for "the default": Linux caps listen()'s argument at
+/// net.core.somaxconn, and Go's net package reads that file and passes its value.
+int system_backlog() {
+  std::ifstream in("/proc/sys/net/core/somaxconn");
+  long n = 0;
+  if (in >> n && n > 0)
+    return static_cast<int>(std::min<long>(n, INT_MAX));
+  return SOMAXCONN;
+}
 
 /// One request being "served": the coroutine waiting on `wake` is released by the scheduler.
 struct pending {
@@ -165,6 +188,8 @@ private:
 struct counters {
   unsigned long accepted = 0;
   unsigned long completed = 0;
+  unsigned long failed = 0; ///< Answered 503 while failing (SIGUSR1).
+  bool failing = false;
 };
 
 asio::awaitable<void> serve(tcp::socket socket, scheduler& sched, counters& count) {
@@ -173,6 +198,18 @@ asio::awaitable<void> serve(tcp::socket socket, scheduler& sched, counters& coun
   (void)n;
   if (read_error)
     co_return; // no complete request: nothing to serve
+  std::error_code ignored;
+  if (count.failing) {
+    ++count.failed;
+    static constexpr std::string_view unavailable = "HTTP/1.1 503 Service Unavailable\r\n"
+                                                    "Content-Type: text/plain\r\n"
+                                                    "Content-Length: 5\r\n"
+                                                    "Connection: close\r\n\r\n"
+                                                    "FAIL\n";
+    co_await asio::async_write(socket, asio::buffer(unavailable), as_tuple);
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    co_return;
+  }
   auto p = sched.admit();
   co_await p->wake.async_wait(as_tuple); // released (cancelled) by the scheduler
   ++count.completed;
@@ -183,7 +220,6 @@ asio::awaitable<void> serve(tcp::socket socket, scheduler& sched, counters& coun
                                             "OK\n";
   // The client may have given up long ago: a failed write is the expected fate of such requests.
   co_await asio::async_write(socket, asio::buffer(reply), as_tuple);
-  std::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
 }
 
@@ -219,9 +255,10 @@ asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& 
     const auto now = clock_type::now();
     while (next + interval <= now)
       next += interval;
-    std::printf("stat t=%.3f concurrency=%zu delay_ms=%.1f peak=%zu accepted=%lu completed=%lu\n",
+    std::printf("stat t=%.3f concurrency=%zu delay_ms=%.1f peak=%zu accepted=%lu completed=%lu "
+                "failed=%lu\n",
                 seconds_d(now - start).count(), sched.concurrency(), sched.current_delay() * 1e3,
-                sched.take_peak(), count.accepted, count.completed);
+                sched.take_peak(), count.accepted, count.completed, count.failed);
   }
 }
 
@@ -229,10 +266,12 @@ asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& 
   std::fprintf(code ? stderr : stdout,
                "usage: retry_storm_server [--port N (0 = any; default 8070)] [--base-ms 100]\n"
                "         [--limit 30] [--factor 1.05] [--k 15] [--max-delay-s 3600]\n"
-               "         [--tick-ms 50] [--stats-interval-s 1] [--backlog 512]\n"
+               "         [--tick-ms 50] [--stats-interval-s 1] [--backlog N]\n"
                "Response delay: base while concurrency <= limit, else\n"
                "base * factor^((concurrency - limit) / k), capped at max-delay, re-evaluated\n"
-               "every tick from the current concurrency.\n");
+               "every tick from the current concurrency. The backlog defaults to the system's\n"
+               "(/proc/sys/net/core/somaxconn, else SOMAXCONN). SIGUSR1: answer 503 to every\n"
+               "request from now on; SIGUSR2: serve again.\n");
   std::exit(code);
 }
 
@@ -289,8 +328,10 @@ int main(int argc, char** argv) {
   acceptor.bind(endpoint);
   // The accept queue is where requests pile up while the process is stopped: its length bounds
   // the burst of stale requests the server finds when it resumes (see docs/retry_storm.md).
-  acceptor.listen(o.backlog);
-  std::printf("port %u\n", static_cast<unsigned>(acceptor.local_endpoint().port()));
+  const int backlog = o.backlog > 0 ? o.backlog : system_backlog();
+  acceptor.listen(backlog);
+  std::printf("port %u backlog %d\n", static_cast<unsigned>(acceptor.local_endpoint().port()),
+              backlog);
 
   scheduler sched(io, o);
   counters count;
@@ -299,6 +340,14 @@ int main(int argc, char** argv) {
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code, int) { io.stop(); });
+  asio::signal_set faults(io, SIGUSR1, SIGUSR2);
+  std::function<void(std::error_code, int)> on_fault = [&](std::error_code ec, int sig) {
+    if (ec)
+      return;
+    count.failing = sig == SIGUSR1;
+    faults.async_wait(on_fault);
+  };
+  faults.async_wait(on_fault);
   io.run();
   return 0;
 }
