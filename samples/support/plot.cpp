@@ -58,6 +58,8 @@ bool write_svg(const std::string& path, const std::vector<panel>& panels) {
     if (ymax <= 0)
       ymax = 1;
     ymax *= 1.05;
+    if (pn.y_max > 0)
+      ymax = pn.y_max;
     const double pw = width - left - right, ph = panel_height - top - bottom;
     auto sx = [&](double x) { return left + (x - xmin) / (xmax - xmin) * pw; };
     auto sy = [&](double y) { return y0 + top + ph - y / ymax * ph; };
@@ -80,7 +82,9 @@ bool write_svg(const std::string& path, const std::vector<panel>& panels) {
     out << "<text x='16' y='" << y0 + top + ph / 2 << "' transform='rotate(-90 16 "
         << y0 + top + ph / 2 << ")' text-anchor='middle'>" << escape(pn.y_label) << "</text>\n";
     for (std::size_t i = 0; i < pn.lines.size(); ++i) {
-      const char* colour = colours[i % std::size(colours)];
+      const std::size_t c =
+          pn.lines[i].colour >= 0 ? static_cast<std::size_t>(pn.lines[i].colour) : i;
+      const char* colour = colours[c % std::size(colours)];
       std::string d;
       bool pen_down = false;
       for (auto [x, y] : pn.lines[i].points) {
@@ -91,7 +95,10 @@ bool write_svg(const std::string& path, const std::vector<panel>& panels) {
         d += (pen_down ? " L" : " M") + num(sx(x)) + ' ' + num(sy(y));
         pen_down = true;
       }
-      out << "<path d='" << d << "' fill='none' stroke='" << colour << "' stroke-width='1.5'/>\n";
+      out << "<path d='" << d << "' fill='none' stroke='" << colour << "' stroke-width='1.5'";
+      if (pn.dashes && i > 0)
+        out << " stroke-dasharray='" << 3 * i + 3 << ' ' << 3 << "'";
+      out << "/>\n";
       const double ly = y0 + top + 16 + 18 * static_cast<double>(i);
       out << "<line x1='" << left + pw + 12 << "' y1='" << ly - 4 << "' x2='" << left + pw + 36
           << "' y2='" << ly - 4 << "' stroke='" << colour << "' stroke-width='2'/>\n";
@@ -165,14 +172,29 @@ std::string gnuplot_script(const std::string& png, const std::vector<panel>& pan
     script += "'\nset ylabel '";
     script += pn.y_label;
     script += pn.log_y ? " (log)'\nset logscale y\n" : "'\nunset logscale y\n";
+    if (pn.y_max > 0) {
+      script += "set yrange [0:";
+      script += num(pn.y_max);
+      script += "]\n";
+    } else {
+      script += "set autoscale y\n";
+    }
     script += "plot ";
     for (std::size_t i = 0; i < pn.lines.size(); ++i) {
       script += i ? ", $d" : "$d";
       script += std::to_string(p);
       script += '_';
       script += std::to_string(i);
-      script += pn.marks ? " using 1:2 with linespoints lw 2 title '"
-                         : " using 1:2 with lines lw 2 title '";
+      script += pn.marks ? " using 1:2 with linespoints lw 2" : " using 1:2 with lines lw 2";
+      if (pn.lines[i].colour >= 0) {
+        script += " lc ";
+        script += std::to_string(pn.lines[i].colour + 1);
+      }
+      if (pn.dashes) {
+        script += " dt ";
+        script += std::to_string(i + 1);
+      }
+      script += " title '";
       script += pn.lines[i].name;
       script += "'";
     }
