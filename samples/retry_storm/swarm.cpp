@@ -1,13 +1,13 @@
 #include "swarm.hpp"
 
 #include <coretry/error.hpp>
-#include <coretry/policy.hpp>
 #include <coretry/random.hpp>
 #include <coretry/retry.hpp>
 
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/error.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
@@ -33,23 +33,35 @@ namespace retry_storm {
 using namespace std::chrono_literals;
 using asio::ip::tcp;
 
+namespace {
+
+std::chrono::nanoseconds scaled(std::chrono::nanoseconds d, double time_scale) {
+  return std::chrono::nanoseconds(
+      static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * time_scale)));
+}
+
+bool is_jitter_only(std::string_view name) {
+  return name == "full" || name == "safe" || name == "breaker" || name == "budget" ||
+         name == "adaptive";
+}
+
+} // namespace
+
 std::optional<coretry::backoff> strategy_backoff(std::string_view name, double time_scale) {
-  // The experiment's policies differ only in their backoff; "full" is exactly what a
-  // default-constructed coretry::retry_policy uses (exponential from 100 ms, x2, up to 32 s,
-  // full jitter), and the other exponential ones share its curve.
-  const coretry::backoff recommended = coretry::retry_policy{}.backoff;
-  auto scaled = [time_scale](std::chrono::nanoseconds d) {
-    return std::chrono::nanoseconds(
-        static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * time_scale)));
-  };
-  const auto curve = coretry::backoff::exponential(
-      scaled(recommended.initial()), recommended.multiplier(), scaled(recommended.max_delay()));
+  // The experiment's policies differ in their backoff and in their shared controls; "full" is
+  // exactly what a default-constructed coretry::retry_policy uses (exponential from 100 ms, x2,
+  // up to 32 s, full jitter), the other exponential ones share its curve, and the strategies
+  // with controls keep the default backoff.
+  const coretry::backoff jitter_only = coretry::retry_policy{}.backoff;
+  const auto curve = coretry::backoff::exponential(scaled(jitter_only.initial(), time_scale),
+                                                   jitter_only.multiplier(),
+                                                   scaled(jitter_only.max_delay(), time_scale));
   if (name == "fixed")
-    return coretry::backoff::fixed(scaled(100ms));
+    return coretry::backoff::fixed(scaled(100ms, time_scale));
   if (name == "exponential")
     return curve;
-  if (name == "full" || name == "recommended")
-    return time_scale == 1.0 ? recommended : curve.with_jitter(recommended.jitter_spec());
+  if (is_jitter_only(name))
+    return time_scale == 1.0 ? jitter_only : curve.with_jitter(jitter_only.jitter_spec());
   if (name == "equal")
     return curve.with_jitter(coretry::jitter::equal());
   if (name == "decorrelated")
@@ -57,6 +69,67 @@ std::optional<coretry::backoff> strategy_backoff(std::string_view name, double t
   if (name == "normal")
     return curve.with_jitter(coretry::jitter::normal(0.1));
   return std::nullopt;
+}
+
+shared_controls recommended_controls(double time_scale) {
+  // Written as README.md shows it, every time through `at` so that a scaled run scales them.
+  const auto at = [time_scale](std::chrono::nanoseconds d) { return scaled(d, time_scale); };
+  shared_controls c;
+  // Stops sending after 5 failures in a row (or half the outcomes of the last 10 s failing),
+  // then lets one probe through 1 s (+-20 %) after each failure; its success closes the breaker.
+  c.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 5,
+      .failure_ratio = 0.5,
+      .minimum_throughput = 20,
+      .window = at(10s),
+      .break_duration = at(1s),
+      .break_jitter = 0.2,
+      .half_open_probes = 1,
+  });
+  // Retries within 10 % of the requests of the last 10 s, plus 1 a second.
+  c.budget = std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
+      .ratio = 0.1,
+      .min_retries_per_second = 1.0 / time_scale,
+      .window = at(10s),
+  });
+  return c;
+}
+
+shared_controls strategy_controls(std::string_view name, double time_scale) {
+  shared_controls c;
+  if (name == "safe" || name == "adaptive")
+    c = recommended_controls(time_scale);
+  else if (name == "breaker")
+    c.breaker = recommended_controls(time_scale).breaker;
+  else if (name == "budget")
+    c.budget = recommended_controls(time_scale).budget;
+  if (name == "adaptive") {
+    // The AWS SDKs' constants in model time. Rates r become r / s per real second and times t
+    // become t * s, so the cubic's C (rate per s^3) becomes C / s^4.
+    const double s2 = time_scale * time_scale;
+    c.rate_limit = std::make_shared<coretry::adaptive_rate_limiter>(coretry::adaptive_rate_options{
+        .scale = 0.4 / (s2 * s2),
+        .measure_interval = scaled(500ms, time_scale),
+        .min_rate = 0.5 / time_scale,
+        .burst = scaled(1s, time_scale),
+    });
+  }
+  return c;
+}
+
+namespace {
+
+class http_status_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "http"; }
+  std::string message(int status) const override { return "HTTP " + std::to_string(status); }
+};
+
+} // namespace
+
+const std::error_category& http_status_category() noexcept {
+  static const http_status_category_impl category;
+  return category;
 }
 
 bool have_curl_transport() noexcept {
@@ -107,10 +180,10 @@ parsed_url parse_url(const std::string& url) {
   return out;
 }
 
-/// One GET over a fresh connection, read to the end. Cancellation (the retry loop's attempt
-/// timeout) reaches every socket operation through the coroutine's cancellation slot, and the
-/// socket is closed when the frame unwinds.
-asio::awaitable<void> asio_get(const parsed_url& target, const std::string& request) {
+/// One GET over a fresh connection, read to the end; returns the status. Cancellation (the retry
+/// loop's attempt timeout) reaches every socket operation through the coroutine's cancellation
+/// slot, and the socket is closed when the frame unwinds.
+asio::awaitable<long> asio_get(const parsed_url& target, const std::string& request) {
   tcp::socket socket(co_await asio::this_coro::executor);
   co_await socket.async_connect(target.endpoint, asio::use_awaitable);
   co_await asio::async_write(socket, asio::buffer(request), asio::use_awaitable);
@@ -118,25 +191,28 @@ asio::awaitable<void> asio_get(const parsed_url& target, const std::string& requ
   co_await asio::async_read_until(socket, response, "\r\n", asio::use_awaitable);
   std::istream in(&response);
   std::string version;
-  unsigned status = 0;
+  long status = 0;
   in >> version >> status;
-  if (status < 200 || status > 299)
-    throw std::system_error(make_error_code(std::errc::protocol_error));
+  if (status < 100 || status > 999)
+    throw std::system_error(make_error_code(std::errc::protocol_error)); // not HTTP
   // Drain the rest (the server closes after its answer); EOF is the normal end.
   auto [ec, n] = co_await asio::async_read(socket, response,
                                            asio::experimental::as_tuple(asio::use_awaitable));
   (void)n;
   if (ec && ec != asio::error::eof)
     throw std::system_error(ec);
+  co_return status;
 }
 
-/// The retry loop's own attempt timeout, or a transport's.
+/// The retry loop's own attempt timeout (seen inside the attempt as its cancellation), or a
+/// transport's.
 bool is_timeout(const std::error_code& ec) {
 #ifdef CORETRY_STORM_HAVE_CURL
   if (ec == coretry::curl::errc::operation_timedout)
     return true;
 #endif
-  return ec == coretry::errc::attempt_timeout || ec == std::errc::timed_out;
+  return ec == asio::error::operation_aborted || ec == coretry::errc::attempt_timeout ||
+         ec == std::errc::timed_out;
 }
 
 } // namespace
@@ -154,6 +230,7 @@ swarm::swarm(asio::io_context& io, swarm_config config)
     : io_(io), config_(std::move(config)),
       backoff_(strategy_backoff(config_.strategy, config_.time_scale)
                    .value_or(coretry::backoff::fixed(std::chrono::nanoseconds::zero()))),
+      controls_(strategy_controls(config_.strategy, config_.time_scale)),
       transport_(std::make_unique<transport_state>()) {
   if (!strategy_backoff(config_.strategy))
     throw std::invalid_argument("unknown strategy '" + config_.strategy +
@@ -168,15 +245,14 @@ swarm::swarm(asio::io_context& io, swarm_config config)
     // clients, or the HTTP client itself would throttle the retries the experiment is about.
     opts.max_total_connections = static_cast<long>(config_.clients);
     t.curl = std::make_unique<coretry::curl::client>(io_.get_executor(), opts);
-    t.perform = [this, &t]() -> asio::awaitable<void> {
+    t.perform = [this, &t]() -> asio::awaitable<long> {
       coretry::curl::request req;
       req.url = config_.url;
       // The retry loop's attempt timeout is the one that counts; curl's is only a backstop.
       req.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::duration<double>(config_.timeout_s * 2));
       const auto res = co_await t.curl->perform(std::move(req));
-      if (res.status < 200 || res.status > 299)
-        throw std::system_error(make_error_code(std::errc::protocol_error));
+      co_return res.status;
     };
 #else
     throw std::invalid_argument("this build has no curl transport; use --transport asio");
@@ -192,7 +268,14 @@ swarm::swarm(asio::io_context& io, swarm_config config)
 swarm::~swarm() = default;
 
 std::string swarm::describe() const {
-  return config_.strategy + ": " + backoff_.to_string();
+  std::string d = config_.strategy + ": " + backoff_.to_string();
+  if (controls_.breaker)
+    d += " + circuit breaker";
+  if (controls_.budget)
+    d += " + retry budget";
+  if (controls_.rate_limit)
+    d += " + adaptive rate";
+  return d;
 }
 
 void swarm::start() {
@@ -220,29 +303,55 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
   asio::steady_timer& think = *think_timers_[index];
 
   coretry::retry_policy policy{
-      .max_attempts = std::numeric_limits<unsigned>::max(), // retry until success
+      .max_attempts = std::numeric_limits<unsigned>::max(), // retry until success, or told not to
       .attempt_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(config_.timeout_s)),
       .backoff = backoff_,
-      .on_retry =
-          [this](const coretry::retry_event& e) {
-            if (is_timeout(e.error))
-              ++counters_.timeouts;
-            else
-              ++counters_.errors;
-            ++counters_.error_kinds[e.error.message()];
-          },
+      .budget = controls_.budget,
+      .breaker = controls_.breaker,
+      .rate_limit = controls_.rate_limit,
       .cancellation = stop_source_.token(),
+      // circuit_open and budget_exhausted rather than the last attempt's error: the counts below
+      // need to know why a request was given up.
+      .report = coretry::final_error::policy_reason,
   };
 
-  auto attempt = [this]() -> asio::awaitable<void> {
+  // Every failed attempt is counted here, where it fails: a retry operation's hook would miss the
+  // attempt after which a budget says no.
+  auto note_failure = [this](const std::error_code& ec) {
+    if (stopping_)
+      return;
+    if (is_timeout(ec)) {
+      ++counters_.timeouts;
+      ++counters_.error_kinds["timed out"];
+    } else {
+      ++counters_.errors;
+      ++counters_.error_kinds[ec.message()];
+    }
+  };
+  unsigned sent = 0; // attempts of the current request
+  auto attempt = [this, &note_failure, &sent]() -> asio::awaitable<void> {
     struct in_flight_guard {
       std::int64_t& n;
       explicit in_flight_guard(std::int64_t& c) : n(c) { ++n; }
       ~in_flight_guard() { --n; }
     } in_flight{counters_.in_flight};
     ++counters_.attempts;
-    co_await transport_->perform();
+    if (++sent > 1)
+      ++counters_.retries;
+    long status = 0;
+    try {
+      status = co_await transport_->perform();
+    } catch (const std::system_error& e) {
+      note_failure(e.code());
+      throw;
+    }
+    ++counters_.statuses[status];
+    if (status < 200 || status > 299) {
+      const std::error_code ec(static_cast<int>(status), http_status_category());
+      note_failure(ec);
+      throw std::system_error(ec);
+    }
   };
 
   while (!stopping_) {
@@ -254,12 +363,19 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
     if (ec || stopping_)
       break;
     policy.seed = rng();
+    sent = 0;
     ++counters_.retrying;
+    ++counters_.requests;
     try {
       co_await coretry::retry_async(attempt, policy);
       ++counters_.ok;
-    } catch (const std::system_error&) {
-      // Only cancellation (stop()) ends a retry operation with unlimited attempts.
+    } catch (const std::system_error& e) {
+      // A failed request: the user sees an error and, like everyone, thinks before the next one.
+      if (e.code() == coretry::errc::circuit_open)
+        ++counters_.circuit_open;
+      else if (e.code() == coretry::errc::budget_exhausted)
+        ++counters_.budget_exhausted;
+      // Otherwise cancelled by stop(): the loop ends below.
     }
     --counters_.retrying;
   }

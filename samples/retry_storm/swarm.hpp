@@ -3,12 +3,17 @@
 // retry strategy, all on one thread.
 
 #include <coretry/backoff.hpp>
+#include <coretry/breaker.hpp>
+#include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
+#include <coretry/policy.hpp>
+#include <coretry/rate_limit.hpp>
 
 #include <asio/awaitable.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,20 +21,41 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace retry_storm {
 
 /// The retry strategies of the experiment, by name:
-/// `fixed` (100 ms, no jitter: the article's naive client), `exponential` (100 ms doubling to
-/// 32 s, no jitter), and the same curve with `full` (coretry's default, "recommended"), `equal`,
-/// `decorrelated` or `normal` (relative deviation 0.1, as in "Exponential Backoff or how not to
-/// crash a server") jitter.
+/// - `fixed`: 100 ms, no jitter (the article's naive client);
+/// - `exponential`: 100 ms doubling to 32 s, no jitter; the same curve with `full` (coretry's
+///   default, jitter only), `equal`, `decorrelated` or `normal` (relative deviation 0.1, as in
+///   "Exponential Backoff or how not to crash a server") jitter;
+/// - `safe`: the recommended overload-safe policy, `full` plus a circuit breaker and a windowed
+///   retry budget shared by the whole swarm (see `recommended_controls`);
+/// - `breaker`, `budget`: `full` plus only one of the two;
+/// - `adaptive`: `safe` plus an adaptive rate limiter.
 /// `time_scale` shrinks every delay (quick runs replay the experiment faster); 1 is the article's.
 std::optional<coretry::backoff> strategy_backoff(std::string_view name, double time_scale = 1.0);
 /// The names above, for usage messages.
 inline constexpr std::string_view strategy_names =
-    "fixed, exponential, full (= recommended), equal, decorrelated, normal";
+    "fixed, exponential, full, equal, decorrelated, normal, safe (recommended), breaker, budget, "
+    "adaptive";
+
+/// The overload controls one strategy shares between all the clients of a swarm (all of them
+/// call one upstream). Empty for the backoff-only strategies.
+struct shared_controls {
+  std::shared_ptr<coretry::circuit_breaker> breaker;
+  std::shared_ptr<coretry::ratio_budget> budget;
+  std::shared_ptr<coretry::adaptive_rate_limiter> rate_limit;
+};
+
+/// The controls of the recommended policy (`safe`), at the article's time scale when
+/// `time_scale` is 1; README.md shows the same construction.
+shared_controls recommended_controls(double time_scale = 1.0);
+
+/// The controls of strategy `name`, fresh (one set per swarm).
+shared_controls strategy_controls(std::string_view name, double time_scale = 1.0);
 
 enum class transport_kind { curl, asio };
 
@@ -39,28 +65,43 @@ struct swarm_config {
   double think_mean_s = 10.0; ///< Mean of the exponential think time between requests.
   double timeout_s = 2.0;     ///< Per-attempt timeout.
   std::string strategy = "full";
-  double time_scale = 1.0; ///< Multiplies the backoff delays (think time and timeout are given).
+  /// Multiplies the backoff delays and the controls' times (think time and timeout are given).
+  double time_scale = 1.0;
   std::uint64_t seed = 1;
   transport_kind transport = transport_kind::curl;
 };
 
-/// Running totals; the driver samples them once a second and takes differences.
+/// Running totals; the driver samples them once a (model) second and takes differences.
 struct swarm_counters {
   std::uint64_t ok = 0;       ///< Requests that succeeded (one per closed-loop cycle).
+  std::uint64_t requests = 0; ///< Requests started (retry operations, not attempts).
   std::uint64_t errors = 0;   ///< Failed attempts other than timeouts.
   std::uint64_t timeouts = 0; ///< Attempts that hit the per-attempt timeout.
-  std::uint64_t attempts = 0; ///< Attempts started.
+  std::uint64_t attempts = 0; ///< Attempts sent.
+  std::uint64_t retries = 0;  ///< Attempts sent after the first of their request.
+  /// Requests given up because the breaker refused to send (`errc::circuit_open`): failed fast.
+  std::uint64_t circuit_open = 0;
+  /// Requests given up because the budget refused a retry (`errc::budget_exhausted`).
+  std::uint64_t budget_exhausted = 0;
   std::int64_t in_flight = 0; ///< Attempts in progress now.
   std::int64_t retrying = 0;  ///< Clients inside a retry operation now (in an attempt or asleep).
   std::int64_t alive = 0;     ///< Client loops still running.
   std::map<std::string, std::uint64_t> error_kinds; ///< Failed attempts by error message.
+  std::map<long, std::uint64_t> statuses;           ///< HTTP answers by status code.
 
-  /// Clients sleeping in backoff between attempts.
+  /// Clients sleeping in backoff (or waiting for a send token) between attempts.
   std::int64_t waiting() const { return retrying - in_flight; }
+  /// Requests that ended without success (the breaker or the budget said no).
+  std::uint64_t failed() const { return circuit_open + budget_exhausted; }
 };
 
-/// One HTTP attempt: completes normally on a 2xx answer, throws `std::system_error` otherwise.
-using transport_fn = std::function<asio::awaitable<void>()>;
+/// The error of an attempt answered with a non-2xx HTTP status: the value is the status, the
+/// message "HTTP 404".
+const std::error_category& http_status_category() noexcept;
+
+/// One HTTP attempt: returns the status of the answer; throws `std::system_error` when there
+/// was none (connection refused, cancelled, ...).
+using transport_fn = std::function<asio::awaitable<long>()>;
 
 /// Whether this build has coretry's curl adapter.
 bool have_curl_transport() noexcept;
@@ -80,6 +121,7 @@ public:
   void stop();
   const swarm_counters& counters() const noexcept { return counters_; }
   const swarm_config& config() const noexcept { return config_; }
+  const shared_controls& controls() const noexcept { return controls_; }
   std::string describe() const;
 
 private:
@@ -88,6 +130,7 @@ private:
   asio::io_context& io_;
   swarm_config config_;
   coretry::backoff backoff_;
+  shared_controls controls_;
   swarm_counters counters_;
   coretry::cancellation_source stop_source_;
   bool stopping_ = false;

@@ -2,11 +2,18 @@
 # their machine-readable output rather than their own opinion of it.
 #
 #   cmake -DSAMPLE=retry_storm -DCSV=<out>/summary.csv -P check_sample_claims.cmake
+#   cmake -DSAMPLE=retry_storm_budget -DCSV=<out>/summary.csv -P check_sample_claims.cmake
 #   cmake -DSAMPLE=jitter_contention -DCSV=<out>/jitter_contention.csv -DCLIENTS=100 -P ...
 #
-# retry_storm: `fixed` never recovers; the recommended policy (`full`) recovers, and its attempts
-#   per success over the outage and the watch after it are at most a fifth of `fixed`'s (a
-#   `fixed` run without a single success in that window counts as infinitely many).
+# retry_storm: `fixed` never recovers; the recommended policy (`safe`) recovers within 5 s of
+#   the thaw (model seconds), and its attempts per success over the outage and the watch after it
+#   are at most a fifth of `fixed`'s (a `fixed` run without a single success in that window counts
+#   as infinitely many).
+# retry_storm_budget: while the server fails, `full` (no budget) sends at least twice as many
+#   attempts as requests; `budget` retries at most 10 % of the requests its 10 s window can hold
+#   (those of the failure and of the 10 s before it) plus its reserve of 1 a second over the
+#   failure and one window (the budget's settings in samples/retry_storm/swarm.cpp), give or take
+#   one second of traffic: the CSV's one-second bins do not line up with the budget's buckets.
 # jitter_contention: at CLIENTS clients, full jitter needs fewer writes than no backoff and than
 #   exponential backoff without jitter.
 # CMake's math is integer-only: ratios are compared by cross-multiplying, means by integer part.
@@ -42,22 +49,47 @@ endmacro()
 set(failures "")
 if(SAMPLE STREQUAL "retry_storm")
   csv_row(strategy fixed fixed)
-  csv_row(strategy full full)
+  csv_row(strategy safe safe)
+  message(STATUS "outage ${safe_outage_s} s, backlog ${safe_backlog}, time scale ${safe_time_scale}")
   message(STATUS "fixed: recovery ${fixed_recovery_s}, outage+watch attempts/success "
                  "${fixed_window_attempts}/${fixed_window_successes}")
-  message(STATUS "full:  recovery ${full_recovery_s}, outage+watch attempts/success "
-                 "${full_window_attempts}/${full_window_successes}")
+  message(STATUS "safe:  recovery ${safe_recovery_s}, outage+watch attempts/success "
+                 "${safe_window_attempts}/${safe_window_successes}")
   if(NOT fixed_recovery_s STREQUAL "never")
     list(APPEND failures "fixed recovered (${fixed_recovery_s} s); the storm did not happen")
   endif()
-  if(full_recovery_s STREQUAL "never")
+  if(safe_recovery_s STREQUAL "never")
     list(APPEND failures "the recommended policy never recovered")
+  elseif(safe_recovery_s GREATER 5)
+    list(APPEND failures "the recommended policy took ${safe_recovery_s} s to recover (limit 5 s)")
   endif()
-  # full_a / full_s * 5 <= fixed_a / fixed_s  <=>  full_a * fixed_s * 5 <= fixed_a * full_s
-  math(EXPR lhs "${full_window_attempts} * ${fixed_window_successes} * 5")
-  math(EXPR rhs "${fixed_window_attempts} * ${full_window_successes}")
-  if(full_window_successes EQUAL 0 OR lhs GREATER rhs)
+  # safe_a / safe_s * 5 <= fixed_a / fixed_s  <=>  safe_a * fixed_s * 5 <= fixed_a * safe_s
+  math(EXPR lhs "${safe_window_attempts} * ${fixed_window_successes} * 5")
+  math(EXPR rhs "${fixed_window_attempts} * ${safe_window_successes}")
+  if(safe_window_successes EQUAL 0 OR lhs GREATER rhs)
     list(APPEND failures "the recommended policy's attempts per success are not far below fixed's")
+  endif()
+elseif(SAMPLE STREQUAL "retry_storm_budget")
+  csv_row(strategy full full)
+  csv_row(strategy budget budget)
+  string(REGEX REPLACE "\\..*" "" failing_s "${budget_outage_s}")
+  message(STATUS "failing for ${failing_s} s; without a budget: ${full_fault_requests} requests, "
+                 "${full_fault_attempts} attempts")
+  message(STATUS "with the budget: ${budget_fault_requests} requests (${budget_pre_fault_requests}"
+                 " in the 10 s before), ${budget_fault_retries} retries")
+  math(EXPR multiplied "${full_fault_requests} * 2")
+  if(full_fault_attempts LESS multiplied)
+    list(APPEND failures "without a budget, attempts did not multiply "
+                         "(${full_fault_attempts} attempts for ${full_fault_requests} requests)")
+  endif()
+  # retries <= 0.1 * (requests in the failure and the 10 s before) + 1/s * (failure + 10 s),
+  # plus one second of both (a tenth of the 10 s before): everything times 10.
+  math(EXPR lhs "${budget_fault_retries} * 10")
+  set(share "${budget_fault_requests} + ${budget_pre_fault_requests} * 11 / 10")
+  math(EXPR rhs "${share} + 10 * (${failing_s} + 10) + 10")
+  if(lhs GREATER rhs)
+    list(APPEND failures "the budget let ${budget_fault_retries} retries through, more than its "
+                         "share (${rhs} / 10)")
   endif()
 elseif(SAMPLE STREQUAL "jitter_contention")
   # Rows are keyed by clients and strategy: keep the rows at CLIENTS, then key by strategy.
@@ -72,7 +104,8 @@ elseif(SAMPLE STREQUAL "jitter_contention")
     list(APPEND failures "full jitter does not need fewer calls than none and exponential")
   endif()
 else()
-  message(FATAL_ERROR "SAMPLE must be retry_storm or jitter_contention, not '${SAMPLE}'")
+  message(FATAL_ERROR
+          "SAMPLE must be retry_storm, retry_storm_budget or jitter_contention, not '${SAMPLE}'")
 endif()
 
 if(failures)
