@@ -34,7 +34,9 @@ std::string num(double v) {
 } // namespace
 
 bool write_svg(const std::string& path, const std::vector<panel>& panels) {
-  static const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
+  // gnuplot's default line colours, in its order, so that both pictures agree.
+  static const char* colours[] = {"#9400d3", "#009e73", "#56b4e9", "#e69f00",
+                                  "#f0e442", "#0072b2", "#e51e10", "#000000"};
   const double width = 900, panel_height = 360, left = 80, right = 200, top = 40, bottom = 50;
   std::ofstream out(path);
   if (!out)
@@ -150,7 +152,9 @@ std::string gnuplot_script(const std::string& png, const std::vector<panel>& pan
   script += std::to_string(425 * panels.size());
   script += "\nset output '";
   script += png;
-  script += "'\nset grid\nset key outside right\nset multiplot layout ";
+  // Fixed margins: stacked panels then share their x axis whatever the length of their keys.
+  script += "'\nset grid\nset key outside right\nset lmargin at screen 0.09\n"
+            "set rmargin at screen 0.76\nset multiplot layout ";
   script += std::to_string(panels.size());
   script += ",1\n";
   for (std::size_t p = 0; p < panels.size(); ++p) {
