@@ -40,7 +40,7 @@ std::chrono::nanoseconds scaled(std::chrono::nanoseconds d, double time_scale) {
       static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * time_scale)));
 }
 
-bool is_jitter_only(std::string_view name) {
+bool uses_default_backoff(std::string_view name) {
   return name == "full" || name == "safe" || name == "breaker" || name == "budget" ||
          name == "adaptive";
 }
@@ -60,7 +60,7 @@ std::optional<coretry::backoff> strategy_backoff(std::string_view name, double t
     return coretry::backoff::fixed(scaled(100ms, time_scale));
   if (name == "exponential")
     return curve;
-  if (is_jitter_only(name))
+  if (uses_default_backoff(name))
     return time_scale == 1.0 ? jitter_only : curve.with_jitter(jitter_only.jitter_spec());
   if (name == "equal")
     return curve.with_jitter(coretry::jitter::equal());
