@@ -525,7 +525,7 @@ struct summary {
   std::string strategy;
   int backlog = 0;
   double steady_ok = 0;
-  double ok_after_thaw = 0; ///< Mean OK/s over the `hold` seconds after the thaw.
+  double ok_after_thaw = 0; ///< Mean OK/s over the 5 s after the thaw.
   long peak_concurrency = 0;
   double recovery_s = -1; ///< Negative: never.
   std::uint64_t attempts = 0, successes = 0;
@@ -556,7 +556,7 @@ summary summarise(const options& o, double outage_s, const std::string& strategy
       sum += static_cast<double>(r.ok);
       ++n;
     }
-    if (r.t > resume_at && r.t <= resume_at + hold) {
+    if (r.t > resume_at && r.t <= resume_at + 5) {
       after += static_cast<double>(r.ok);
       ++n_after;
     }
