@@ -108,6 +108,8 @@ std::string temp_paths(const std::string& nginx, const fs::path& dir) {
 } // namespace
 
 std::string find_nginx() {
+  if (const char* chosen = std::getenv("CORETRY_NGINX"))
+    return ::access(chosen, X_OK) == 0 ? chosen : "";
   for (const char* candidate : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
     if (::access(candidate, X_OK) == 0)
       return candidate;

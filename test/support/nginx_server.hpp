@@ -12,7 +12,8 @@
 
 namespace coretry::test {
 
-/// The nginx executable (`/usr/sbin/nginx`, or on `PATH`), or empty when it is not installed.
+/// The nginx executable: `$CORETRY_NGINX` when set (empty if that is not executable), else
+/// `/usr/sbin/nginx` or one on `PATH`; empty when there is none.
 std::string find_nginx();
 
 /// A CA, a server certificate for 127.0.0.1 and localhost and a client certificate it signed,
