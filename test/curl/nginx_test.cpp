@@ -262,6 +262,17 @@ TEST_CASE("nginx https: an untrusted certificate fails verification at once, not
   });
   MESSAGE("perform: ", what);
   CHECK(what.find("SSL certificate problem") != std::string::npos);
+  // So does retry's.
+  what.clear();
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    try {
+      co_await coretry::curl::retry(c, get(nginx.url("/", true)), quick_policy(3));
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::peer_failed_verification);
+      what = e.what();
+    }
+  });
+  CHECK(what.find("SSL certificate problem") != std::string::npos);
   CHECK(perform_on(io, c, get(nginx.url("/", true))).r.error_detail.find("SSL certificate") !=
         std::string::npos);
   CHECK(logged(nginx, "GET /", 0) == 0); // no request ever reached nginx
