@@ -246,6 +246,9 @@ void client_impl::finish(std::shared_ptr<transfer> t, std::error_code ec) {
 void client_impl::release_easy(transfer& t) {
   if (!t.easy)
     return;
+  // The handle must not keep pointing into the transfer, which may die before the handle is
+  // reset for its next use (curl_easy_reset) or cleaned up.
+  curl_easy_setopt(t.easy, CURLOPT_ERRORBUFFER, static_cast<char*>(nullptr));
   if (pool_.size() < options_.pool_size) {
     pool_.push_back(t.easy);
     stats_.pooled.add(1);

@@ -432,6 +432,26 @@ TEST_CASE("nginx http2: 1,000 concurrent GETs to one host share at most 2 connec
   CHECK(one.peak_open <= 64);
 }
 
+TEST_CASE("nginx http2: an https host without HTTP/2 is not slowed by waiting for multiplexing") {
+  if (!nginx_installed())
+    return;
+  nginx_server nginx("https_http1", tls_server(""));
+  constexpr int n = 1000;
+  client_options o;
+  o.tls = trusting_file();
+  const auto offered = burst(nginx.url("/", true), o, n); // http2_tls: ALPN, nginx says 1.1
+  o.http_version = http_version_option::http1_1;
+  const auto plain = burst(nginx.url("/", true), o, n);
+  MESSAGE("1,000 GETs to an HTTP/1.1-only https host: offering h2 ", offered.connects,
+          " connections, ", offered.wall.count(), " ms; HTTP/1.1 only ", plain.connects,
+          " connections, ", plain.wall.count(), " ms");
+  CHECK(offered.ok == n);
+  CHECK(offered.http1_1 == n);
+  CHECK(offered.peak_open <= 64);
+  CHECK(offered.peak_active <= 64); // admitted as HTTP/1.1: libcurl queues nothing
+  CHECK(plain.ok == n);
+}
+
 TEST_CASE("nginx http2: streams per connection are limited apart from connections") {
   if (!nginx_installed())
     return;
