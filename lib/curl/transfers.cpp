@@ -5,6 +5,7 @@
 #include <asio/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -75,7 +76,9 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
     streams_ = static_cast<std::size_t>(options_.max_streams_per_connection > 0
                                             ? options_.max_streams_per_connection
                                             : default_streams);
-    capacity_ = static_cast<std::size_t>(options_.max_total_connections) * streams_;
+    const auto connections = static_cast<std::size_t>(options_.max_total_connections);
+    // Beyond what a size_t holds the limit is no limit.
+    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : 0;
   }
 }
 
