@@ -481,7 +481,7 @@ TEST_CASE("nginx http2: streams per connection are limited apart from connection
   CHECK(b.peak_active > 4);
 }
 
-TEST_CASE("nginx http2: prior knowledge over plain http, and HTTP/1.1 there by default") {
+TEST_CASE("nginx http2: prior knowledge speaks HTTP/2 over plain http (h2c)") {
   if (!nginx_installed())
     return;
   nginx_server nginx("h2c", "server {\n"
