@@ -12,4 +12,5 @@ coretry_install_packages() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
   fi
 }
-CORETRY_PACKAGES=(cmake make g++ libasio-dev libcurl4-openssl-dev doctest-dev libbenchmark-dev gnuplot-nox)
+CORETRY_PACKAGES=(cmake make g++ libasio-dev libcurl4-openssl-dev doctest-dev libbenchmark-dev gnuplot-nox
+  nginx-light openssl)

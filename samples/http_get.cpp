@@ -1,10 +1,14 @@
 // http_get: fetch URLs concurrently with retries, printing every attempt.
 //
-//   http_get [--attempts N] [--timeout MS] [--jitter KIND] URL...
+//   http_get [--attempts N] [--timeout MS] [--jitter KIND] [--cacert FILE] [--insecure]
+//            [--http1.1] URL...
 //
 // --attempts  attempts per URL, the first included (default 4)
 // --timeout   limit per attempt in milliseconds, on the network (default 10000)
 // --jitter    none, full, equal, decorrelated, normal or additive (default full)
+// --cacert    trust the CA certificates of this PEM file instead of the system's
+// --insecure  do not verify the server's certificate at all (prints a warning)
+// --http1.1   offer HTTP/1.1 only (default: HTTP/2 over TLS when the server agrees)
 //
 // Exits with 0 when every URL answered with a 2xx or 3xx status, 1 otherwise, 2 on bad usage.
 
@@ -17,6 +21,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,15 +35,16 @@ struct options {
   unsigned attempts = 4;
   std::chrono::milliseconds timeout{10000};
   coretry::jitter_kind jitter = coretry::jitter_kind::full;
+  coretry::curl::client_options client;
   std::vector<std::string> urls;
 };
 
 int usage(const char* why) {
-  std::fprintf(
-      stderr,
-      "http_get: %s\nusage: http_get [--attempts N] [--timeout MS] [--jitter KIND] URL...\n"
-      "  KIND: none, full, equal, decorrelated, normal, additive\n",
-      why);
+  std::fprintf(stderr,
+               "http_get: %s\nusage: http_get [--attempts N] [--timeout MS] [--jitter KIND] "
+               "[--cacert FILE] [--insecure] [--http1.1] URL...\n"
+               "  KIND: none, full, equal, decorrelated, normal, additive\n",
+               why);
   return 2;
 }
 
@@ -72,6 +79,7 @@ struct outcome {
   std::string url;
   long status = 0;
   std::size_t bytes = 0;
+  coretry::curl::http_version version = coretry::curl::http_version::unknown;
   std::error_code error;
   coretry::retry_stats stats;
   bool done = false;
@@ -99,6 +107,7 @@ asio::awaitable<void> fetch(coretry::curl::client& c, const options& opt, outcom
     auto r = co_await coretry::curl::retry(c, std::move(req), std::move(policy), out.stats);
     out.status = r.status;
     out.bytes = r.body.size();
+    out.version = r.version;
   } catch (const std::system_error& e) {
     out.error = e.code();
   }
@@ -107,8 +116,8 @@ asio::awaitable<void> fetch(coretry::curl::client& c, const options& opt, outcom
     std::printf("%s: attempt %u: %s; giving up\n", out.url.c_str(), out.stats.attempts,
                 out.error.message().c_str());
   else
-    std::printf("%s: attempt %u: HTTP %ld, %zu bytes\n", out.url.c_str(), out.stats.attempts,
-                out.status, out.bytes);
+    std::printf("%s: attempt %u: HTTP %ld, %zu bytes, %s\n", out.url.c_str(), out.stats.attempts,
+                out.status, out.bytes, coretry::curl::to_string(out.version));
 }
 
 } // namespace
@@ -135,6 +144,15 @@ int main(int argc, char** argv) {
       if (!kind)
         return usage("unknown --jitter kind");
       opt.jitter = *kind;
+    } else if (arg == "--cacert") {
+      const char* v = value();
+      if (!v || !*v)
+        return usage("--cacert needs a PEM file");
+      opt.client.tls.ca_file = v;
+    } else if (arg == "--insecure") {
+      opt.client.tls.insecure_skip_verify = true;
+    } else if (arg == "--http1.1") {
+      opt.client.http_version = coretry::curl::http_version_option::http1_1;
     } else if (arg == "--help" || arg == "-h") {
       usage("fetch URLs with retries");
       return 0;
@@ -147,8 +165,17 @@ int main(int argc, char** argv) {
   if (opt.urls.empty())
     return usage("no URL given");
 
+  if (opt.client.tls.insecure_skip_verify)
+    std::fprintf(stderr, "http_get: WARNING: --insecure: server certificates are not verified; "
+                         "anyone on the path can read and change this traffic\n");
   asio::io_context io;
-  coretry::curl::client client(io.get_executor());
+  std::optional<coretry::curl::client> maybe_client;
+  try {
+    maybe_client.emplace(io.get_executor(), opt.client);
+  } catch (const std::invalid_argument& e) {
+    return usage(e.what()); // e.g. a --cacert file that does not exist
+  }
+  auto& client = *maybe_client;
   std::vector<outcome> outcomes(opt.urls.size());
   for (std::size_t i = 0; i < opt.urls.size(); ++i) {
     outcomes[i].url = opt.urls[i];

@@ -15,6 +15,11 @@ bool is_retryable(const std::error_code& ec) noexcept {
     case errc::recv_error:
     case errc::got_nothing:
     case errc::partial_file:
+    // HTTP/2: a connection torn down (GOAWAY, a framing error) or one stream reset, e.g.
+    // REFUSED_STREAM beyond the server's stream limit. libcurl resends a refused stream on a
+    // new connection itself, a few times; what it reports after that is retried like a reset.
+    case errc::http2:
+    case errc::http2_stream:
       return true;
     default:
       return false;

@@ -6,6 +6,7 @@
 #include <coretry/curl/client.hpp>
 
 #include <asio/error.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 
 #include <mutex>
@@ -52,6 +53,18 @@ void cancel_hook::operator()(asio::cancellation_type) const {
   });
 }
 
+asio::awaitable<response> perform_throwing(std::shared_ptr<client_impl> impl,
+                                           asio::any_io_executor fallback, request req) {
+  auto [ec, r] = co_await async_perform_on(std::move(impl), fallback, std::move(req),
+                                           asio::experimental::as_tuple(asio::use_awaitable));
+  if (ec) {
+    if (r.error_detail.empty())
+      throw std::system_error(ec);
+    throw std::system_error(ec, r.error_detail);
+  }
+  co_return std::move(r);
+}
+
 std::weak_ptr<client_impl> client_access::state(const client& c) noexcept {
   return c.impl_;
 }
@@ -83,6 +96,7 @@ client_stats client::stats() const noexcept {
   out.open_connections = s.open.value.load(std::memory_order_relaxed);
   out.waiting_retries = s.waiting.value.load(std::memory_order_relaxed);
   out.pooled_handles = s.pooled.value.load(std::memory_order_relaxed);
+  out.connects = s.connects.value.load(std::memory_order_relaxed);
   out.peak_active_transfers = s.active.peak.load(std::memory_order_relaxed);
   out.peak_queued_requests = s.queued.peak.load(std::memory_order_relaxed);
   out.peak_open_connections = s.open.peak.load(std::memory_order_relaxed);
@@ -100,6 +114,14 @@ void client_options::validate() const {
   if (max_idle_connections < 0)
     throw_invalid("client_options", "max_idle_connections", std::to_string(max_idle_connections),
                   "must be 0 (the default) or more");
+  if (max_streams_per_connection < 0)
+    throw_invalid("client_options", "max_streams_per_connection",
+                  std::to_string(max_streams_per_connection),
+                  "must be 0 (libcurl's default, 100) or more");
+  if (http_version > http_version_option::http2_prior_knowledge)
+    throw_invalid("client_options", "http_version", std::to_string(static_cast<int>(http_version)),
+                  "must be an http_version_option");
+  detail::validate_tls(tls, "client_options", "tls.");
 }
 
 } // namespace coretry::curl

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -20,7 +21,7 @@
 namespace coretry::curl::detail {
 
 struct client_counters {
-  counter active, queued, open, waiting, pooled;
+  counter active, queued, open, waiting, pooled, connects;
 };
 
 class client_impl final : public std::enable_shared_from_this<client_impl>,
@@ -49,11 +50,24 @@ private:
   client_impl(asio::any_io_executor ex, const client_options& o);
   void start(std::shared_ptr<transfer> t);
   void start_queued();
+  /// Sets `t.pipewait` and `t.cost` from what is known of its origin; whether it fits now.
+  bool admit(transfer& t);
+  void learn(const transfer& t);
   void release_easy(transfer& t);
   void transfer_done(CURL* easy, CURLcode result) override;
   void transfers_freed() override;
 
   client_options options_;
+  easy_defaults defaults_;
+  /// Admission (see client_options::max_concurrent_requests): transfers in libcurl hold `cost`
+  /// units each out of `capacity_` (0 = unlimited). By connections, an HTTP/1.1 transfer costs
+  /// `streams_` units (a whole connection) and one to an origin known to speak HTTP/2 costs 1.
+  std::size_t capacity_ = 0;
+  std::size_t streams_ = 1;
+  bool by_connections_ = false;
+  std::size_t used_ = 0;
+  /// Origins seen answering: true over HTTP/2, false over HTTP/1.x. Bounded (cleared when full).
+  std::unordered_map<std::string, bool> multiplexes_;
   multi_driver driver_;
   std::unordered_map<CURL*, std::shared_ptr<transfer>> active_;
   std::deque<std::shared_ptr<transfer>> queue_;

@@ -32,8 +32,8 @@
 namespace coretry::curl::detail {
 
 multi_driver::multi_driver(asio::any_io_executor ex, std::mutex& mutex, owner& o, counter& open,
-                           const multi_limits& limits)
-    : ex_(std::move(ex)), mutex_(mutex), owner_(o), open_(open), timer_(ex_) {
+                           counter& connects, const multi_limits& limits)
+    : ex_(std::move(ex)), mutex_(mutex), owner_(o), open_(open), connects_(connects), timer_(ex_) {
   multi_ = curl_multi_init();
   if (!multi_)
     throw std::system_error(make_error_code(errc::failed_init), "curl_multi_init");
@@ -44,6 +44,8 @@ multi_driver::multi_driver(asio::any_io_executor ex, std::mutex& mutex, owner& o
   curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, limits.max_idle_connections);
   curl_multi_setopt(multi_, CURLMOPT_MAX_TOTAL_CONNECTIONS, limits.max_total_connections);
   curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, limits.max_host_connections);
+  if (limits.max_concurrent_streams > 0)
+    curl_multi_setopt(multi_, CURLMOPT_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
 }
 
 multi_driver::~multi_driver() {
@@ -300,6 +302,7 @@ curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_soc
   }
   self->sockets_.emplace(fd, std::move(s));
   self->open_.add(1);
+  self->connects_.add(1);
   return fd;
 }
 

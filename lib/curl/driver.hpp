@@ -39,6 +39,7 @@ struct multi_limits {
   long max_total_connections = 0;
   long max_host_connections = 0;
   long max_idle_connections = 0;
+  long max_concurrent_streams = 0; ///< 0 = libcurl's default
 };
 
 /// The multi handle, the sockets libcurl uses and the one timer it asks for. It reports finished
@@ -58,9 +59,10 @@ public:
   };
 
   /// `life` is locked by every handler before it takes `mutex` (both belong to the owner), so
-  /// a handler that runs after the owner is gone does nothing. `open` counts our sockets.
+  /// a handler that runs after the owner is gone does nothing. `open` counts our sockets, `connects`
+  /// every socket ever opened.
   multi_driver(asio::any_io_executor ex, std::mutex& mutex, owner& o, counter& open,
-               const multi_limits& limits);
+               counter& connects, const multi_limits& limits);
   ~multi_driver();
   multi_driver(const multi_driver&) = delete;
   multi_driver& operator=(const multi_driver&) = delete;
@@ -98,6 +100,7 @@ private:
   std::mutex& mutex_;
   owner& owner_;
   counter& open_;
+  counter& connects_; ///< sockets ever opened
   std::weak_ptr<void> life_;
   asio::steady_timer timer_;
   CURLM* multi_ = nullptr;

@@ -21,13 +21,44 @@ static_assert(static_cast<int>(errc::too_many_redirects) == CURLE_TOO_MANY_REDIR
 static_assert(static_cast<int>(errc::got_nothing) == CURLE_GOT_NOTHING);
 static_assert(static_cast<int>(errc::send_error) == CURLE_SEND_ERROR);
 static_assert(static_cast<int>(errc::recv_error) == CURLE_RECV_ERROR);
+static_assert(static_cast<int>(errc::http2) == CURLE_HTTP2);
+static_assert(static_cast<int>(errc::http2_stream) == CURLE_HTTP2_STREAM);
+static_assert(static_cast<int>(errc::ssl_connect_error) == CURLE_SSL_CONNECT_ERROR);
+static_assert(static_cast<int>(errc::ssl_certproblem) == CURLE_SSL_CERTPROBLEM);
+static_assert(static_cast<int>(errc::peer_failed_verification) == CURLE_PEER_FAILED_VERIFICATION);
+static_assert(static_cast<int>(errc::ssl_cacert_badfile) == CURLE_SSL_CACERT_BADFILE);
 
 namespace {
 class category final : public std::error_category {
 public:
   const char* name() const noexcept override { return "curl"; }
   std::string message(int value) const override {
-    return curl_easy_strerror(static_cast<CURLcode>(value));
+    // libcurl's texts for TLS failures do not say which side or what ("SSL peer certificate or
+    // SSH remote key was not OK"); these do. response::error_detail has libcurl's specifics.
+    switch (value) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return "TLS: the server's certificate was not verified (unknown or untrusted issuer, "
+             "self-signed, expired, or not for this host name)";
+    case CURLE_SSL_CONNECT_ERROR:
+      return "TLS: the handshake failed (no common protocol version or cipher, or the server "
+             "rejected the client certificate)";
+    case CURLE_SSL_CERTPROBLEM:
+      return "TLS: the client certificate or its key could not be used";
+    case CURLE_SSL_CACERT_BADFILE:
+      return "TLS: the CA certificates could not be loaded (file, directory or blob)";
+    case CURLE_SSL_CIPHER:
+      return "TLS: the requested cipher could not be used";
+    case CURLE_SSL_ISSUER_ERROR:
+      return "TLS: the server's certificate issuer check failed";
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+      return "TLS: the server's public key does not match the pinned one";
+    case CURLE_SSL_INVALIDCERTSTATUS:
+      return "TLS: the server's certificate status (OCSP) is invalid";
+    case CURLE_SSL_CLIENTCERT:
+      return "TLS: the server requires a client certificate";
+    default:
+      return curl_easy_strerror(static_cast<CURLcode>(value));
+    }
   }
 };
 class status_category final : public std::error_category {
@@ -82,6 +113,29 @@ const std::error_category& http_status_category() noexcept {
 const std::error_category& curl_category() noexcept {
   static const category instance;
   return instance;
+}
+
+bool is_tls_error(const std::error_code& ec) noexcept {
+  if (ec.category() != curl_category())
+    return false;
+  switch (ec.value()) {
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_SSL_ENGINE_NOTFOUND:
+  case CURLE_SSL_ENGINE_SETFAILED:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_CIPHER:
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_ENGINE_INITFAILED:
+  case CURLE_SSL_CACERT_BADFILE:
+  case CURLE_SSL_CRL_BADFILE:
+  case CURLE_SSL_ISSUER_ERROR:
+  case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+  case CURLE_SSL_INVALIDCERTSTATUS:
+  case CURLE_SSL_CLIENTCERT:
+    return true;
+  default:
+    return false;
+  }
 }
 
 bool iequals(std::string_view a, std::string_view b) noexcept {

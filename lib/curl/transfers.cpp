@@ -5,6 +5,9 @@
 #include <asio/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
 #include <system_error>
 
 #include "client_impl.hpp"
@@ -14,15 +17,42 @@ namespace coretry::curl::detail {
 namespace {
 
 client_options effective(client_options o) {
-  if (o.max_concurrent_requests == 0 && o.max_total_connections > 0)
-    o.max_concurrent_requests = static_cast<std::size_t>(o.max_total_connections);
   if (o.max_idle_connections == 0)
     o.max_idle_connections = o.max_total_connections > 0 ? o.max_total_connections : 64;
   return o;
 }
 
 multi_limits limits_of(const client_options& o) {
-  return {o.max_total_connections, o.max_host_connections, o.max_idle_connections};
+  return {o.max_total_connections, o.max_host_connections, o.max_idle_connections,
+          o.max_streams_per_connection};
+}
+
+constexpr long default_streams = 100; // libcurl's CURLMOPT_MAX_CONCURRENT_STREAMS default
+constexpr std::size_t max_known_origins = 4096;
+
+// "scheme://authority" of an absolute URL, lowercased (userinfo and all kept: it only keys a
+// cache); the URL itself when it has no "://".
+std::string origin_of(std::string_view url) {
+  auto begin = url.find("://");
+  std::size_t end =
+      begin == std::string_view::npos ? url.size() : url.find_first_of("/?#", begin + 3);
+  std::string o(url.substr(0, std::min(end, url.size())));
+  for (char& c : o)
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c - 'A' + 'a');
+  return o;
+}
+
+// Whether a transfer to `origin` may be carried over HTTP/2 under option `v`.
+bool may_use_http2(http_version_option v, std::string_view origin) {
+  switch (v) {
+  case http_version_option::http1_1:
+    return false;
+  case http_version_option::http2_tls:
+    return origin.starts_with("https://");
+  default:
+    return true;
+  }
 }
 
 void global_init() {
@@ -36,7 +66,21 @@ void global_init() {
 
 client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
     : executor_(std::move(ex)), options_(effective(o)),
-      driver_(executor_, mutex_, *this, stats_.open, limits_of(options_)) {}
+      driver_(executor_, mutex_, *this, stats_.open, stats_.connects, limits_of(options_)) {
+  defaults_.http_version = options_.http_version;
+  defaults_.tls = &options_.tls;
+  if (options_.max_concurrent_requests > 0) {
+    capacity_ = options_.max_concurrent_requests;
+  } else if (options_.max_total_connections > 0) {
+    by_connections_ = true;
+    streams_ = static_cast<std::size_t>(options_.max_streams_per_connection > 0
+                                            ? options_.max_streams_per_connection
+                                            : default_streams);
+    const auto connections = static_cast<std::size_t>(options_.max_total_connections);
+    // Beyond what a size_t holds the limit is no limit.
+    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : 0;
+  }
+}
 
 std::shared_ptr<client_impl> client_impl::create(asio::any_io_executor ex,
                                                  const client_options& o) {
@@ -65,6 +109,7 @@ void client_impl::shutdown() {
     aborted.push_back(t);
   }
   active_.clear();
+  used_ = 0;
   stats_.active.value.store(0, std::memory_order_relaxed);
   for (auto& t : queue_)
     aborted.push_back(t);
@@ -92,13 +137,34 @@ void client_impl::start_or_queue(std::shared_ptr<transfer> t) {
     finish(std::move(t), asio::error::operation_aborted);
     return;
   }
-  if (options_.max_concurrent_requests != 0 && active_.size() >= options_.max_concurrent_requests) {
+  t->origin = origin_of(t->req.url);
+  if (!queue_.empty() || !admit(*t)) { // in order: nobody overtakes the queue
     t->state = transfer_state::queued;
     queue_.push_back(std::move(t));
     stats_.queued.add(1);
     return;
   }
   start(std::move(t));
+}
+
+bool client_impl::admit(transfer& t) {
+  const auto known = multiplexes_.find(t.origin);
+  const bool http2 = may_use_http2(options_.http_version, t.origin);
+  // An origin unknown yet may speak HTTP/2: wait for its first connection (PIPEWAIT) rather
+  // than open one per transfer. One known to answer over HTTP/1.1 gets no wait: PIPEWAIT would
+  // only serialize its connection set-ups.
+  t.pipewait = http2 && (known == multiplexes_.end() || known->second);
+  const bool shares = http2 && known != multiplexes_.end() && known->second;
+  t.cost = !by_connections_ ? 1 : shares ? 1 : streams_;
+  return capacity_ == 0 || used_ + t.cost <= capacity_;
+}
+
+void client_impl::learn(const transfer& t) {
+  if (t.resp.version == http_version::unknown || !may_use_http2(options_.http_version, t.origin))
+    return;
+  if (multiplexes_.size() >= max_known_origins && !multiplexes_.contains(t.origin))
+    multiplexes_.clear();
+  multiplexes_[t.origin] = t.resp.version == http_version::http2;
 }
 
 void client_impl::start(std::shared_ptr<transfer> t) {
@@ -116,7 +182,7 @@ void client_impl::start(std::shared_ptr<transfer> t) {
     return;
   }
   t->easy = easy;
-  CURLcode rc = configure_easy(*t);
+  CURLcode rc = configure_easy(*t, defaults_);
   if (rc == CURLE_OK)
     rc = driver_.install_socket_callbacks(easy);
   if (rc != CURLE_OK) {
@@ -130,6 +196,7 @@ void client_impl::start(std::shared_ptr<transfer> t) {
     return;
   }
   t->state = transfer_state::active;
+  used_ += t->cost;
   active_.emplace(easy, std::move(t));
   stats_.active.add(1);
 }
@@ -156,6 +223,7 @@ void client_impl::cancel(const std::shared_ptr<transfer>& t) {
     // connection is closed by libcurl; no done message follows.
     driver_.remove(t->easy);
     active_.erase(t->easy);
+    used_ -= t->cost;
     stats_.active.add(-1);
     release_easy(*t);
     finish(t, asio::error::operation_aborted);
@@ -167,13 +235,23 @@ void client_impl::cancel(const std::shared_ptr<transfer>& t) {
 void client_impl::finish(std::shared_ptr<transfer> t, std::error_code ec) {
   t->state = transfer_state::done;
   free_headers(*t);
-  if (auto c = std::move(t->completion))
-    c->complete(ec, ec ? response{} : std::move(t->resp));
+  if (auto c = std::move(t->completion)) {
+    if (!ec) {
+      c->complete(ec, std::move(t->resp));
+    } else {
+      response failed;
+      failed.error_detail = t->error_buffer;
+      c->complete(ec, std::move(failed));
+    }
+  }
 }
 
 void client_impl::release_easy(transfer& t) {
   if (!t.easy)
     return;
+  // The handle must not keep pointing into the transfer, which may die before the handle is
+  // reset for its next use (curl_easy_reset) or cleaned up.
+  curl_easy_setopt(t.easy, CURLOPT_ERRORBUFFER, static_cast<char*>(nullptr));
   if (pool_.size() < options_.pool_size) {
     pool_.push_back(t.easy);
     stats_.pooled.add(1);
@@ -184,9 +262,7 @@ void client_impl::release_easy(transfer& t) {
 }
 
 void client_impl::start_queued() {
-  while (open() && !queue_.empty() &&
-         (options_.max_concurrent_requests == 0 ||
-          active_.size() < options_.max_concurrent_requests)) {
+  while (open() && !queue_.empty() && admit(*queue_.front())) {
     auto t = std::move(queue_.front());
     queue_.pop_front();
     stats_.queued.add(-1);
@@ -200,10 +276,31 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
     return;
   auto t = std::move(it->second);
   active_.erase(it);
+  used_ -= t->cost;
   stats_.active.add(-1);
   long status = 0;
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
   t->resp.status = status;
+  long version = 0;
+  curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version);
+  switch (version) {
+  case CURL_HTTP_VERSION_1_0:
+    t->resp.version = http_version::http1_0;
+    break;
+  case CURL_HTTP_VERSION_1_1:
+    t->resp.version = http_version::http1_1;
+    break;
+  case CURL_HTTP_VERSION_2_0:
+    t->resp.version = http_version::http2;
+    break;
+  case CURL_HTTP_VERSION_3:
+    t->resp.version = http_version::http3;
+    break;
+  default:
+    break;
+  }
+  if (result == CURLE_OK)
+    learn(*t);
   driver_.remove(easy);
   release_easy(*t);
   finish(std::move(t),

@@ -59,3 +59,25 @@ TEST_CASE("header lookup ignores case") {
   CHECK(r.header("X-a") == "1");
   CHECK_FALSE(r.header("missing"));
 }
+
+TEST_CASE("HTTP/2 connection and stream errors are retried; TLS failures are not") {
+  CHECK(is_retryable(errc::http2));        // GOAWAY, a framing error
+  CHECK(is_retryable(errc::http2_stream)); // a stream reset, REFUSED_STREAM
+  for (errc e : {errc::peer_failed_verification, errc::ssl_connect_error, errc::ssl_certproblem,
+                 errc::ssl_cacert_badfile}) {
+    CAPTURE(static_cast<int>(e));
+    CHECK(is_tls_error(e));
+    CHECK_FALSE(is_retryable(e));
+    CHECK(make_error_code(e).message().starts_with("TLS: "));
+  }
+  CHECK_FALSE(is_tls_error(errc::couldnt_connect));
+  CHECK_FALSE(is_tls_error(std::make_error_code(std::errc::connection_reset)));
+  CHECK(make_error_code(errc::peer_failed_verification).message().find("not verified") !=
+        std::string::npos);
+}
+
+TEST_CASE("HTTP versions have names") {
+  CHECK(std::string(to_string(http_version::http1_1)) == "HTTP/1.1");
+  CHECK(std::string(to_string(http_version::http2)) == "HTTP/2");
+  CHECK(std::string(to_string(http_version::unknown)) == "unknown");
+}

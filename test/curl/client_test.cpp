@@ -13,6 +13,8 @@
 
 #include <array>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -407,6 +409,65 @@ TEST_CASE("client_options are validated at construction") {
                                                          .max_concurrent_requests = 0,
                                                          .pool_size = 0,
                                                          .max_idle_connections = 0}));
+}
+
+TEST_CASE("TLS and HTTP version options are validated, naming the field and its value") {
+  asio::io_context io;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path();
+  const fs::path file = dir / ("coretry-tls-" + std::to_string(::getpid()) + ".pem");
+  { std::ofstream(file) << "not a certificate\n"; }
+  using coretry::curl::tls_options;
+  auto tls = [](auto change) {
+    tls_options t;
+    change(t);
+    return t;
+  };
+  struct bad_case {
+    tls_options tls;
+    const char* field;
+  };
+  const bad_case cases[] = {
+      {tls([](tls_options& t) { t.ca_file = "/nonexistent/ca.pem"; }),
+       "tls.ca_file = \"/nonexistent/ca.pem\" (must name an existing file)"},
+      {tls([&](tls_options& t) { t.ca_file = dir.string(); }), "tls.ca_file = "},
+      {tls([&](tls_options& t) { t.ca_path = file.string(); }), "tls.ca_path = "},
+      {tls([](tls_options& t) { t.ca_blob = "junk"; }), "tls.ca_blob = \"junk\" (must hold PEM"},
+      {tls([](tls_options& t) { t.client_cert = "/nonexistent/c.pem"; }), "tls.client_cert = "},
+      {tls([&](tls_options& t) { t.client_key = file.string(); }), "tls.client_key = "},
+      {tls([](tls_options& t) { t.min_version = static_cast<coretry::curl::tls_version>(9); }),
+       "tls.min_version = 9"},
+      {tls([&](tls_options& t) { t.ca_file = file.string() + std::string(1, '\0'); }),
+       "tls.ca_file = "},
+  };
+  for (const auto& bc : cases) {
+    CAPTURE(bc.field);
+    client_options o;
+    o.tls = bc.tls;
+    CHECK_THROWS_WITH_AS(client(io.get_executor(), o),
+                         doctest::Contains((std::string("client_options: ") + bc.field).c_str()),
+                         std::invalid_argument);
+    request r = get("https://127.0.0.1/");
+    r.tls = bc.tls;
+    CHECK_THROWS_WITH_AS(r.validate(),
+                         doctest::Contains((std::string("request: ") + bc.field).c_str()),
+                         std::invalid_argument);
+  }
+  CHECK_THROWS_WITH_AS(client(io.get_executor(), client_options{.max_streams_per_connection = -1}),
+                       doctest::Contains("max_streams_per_connection = -1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      client(io.get_executor(),
+             client_options{.http_version = static_cast<coretry::curl::http_version_option>(7)}),
+      doctest::Contains("http_version = 7"), std::invalid_argument);
+  tls_options good;
+  good.ca_file = file.string(); // existence is checked, contents by libcurl at the handshake
+  good.ca_path = dir.string();
+  good.client_cert = file.string();
+  good.client_key = file.string();
+  good.min_version = coretry::curl::tls_version::tls1_3;
+  CHECK_NOTHROW(good.validate());
+  CHECK_NOTHROW(client(io.get_executor(), client_options{.tls = good}));
+  fs::remove(file);
 }
 
 TEST_CASE("a malformed request throws std::invalid_argument at the call and sends nothing") {

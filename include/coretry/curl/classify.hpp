@@ -11,10 +11,12 @@ namespace coretry::curl {
 
 /// Whether a transport error is worth retrying: in `curl_category()`, `couldnt_connect`,
 /// `operation_timedout`, `send_error`, `recv_error` (connection reset), `got_nothing` (closed
-/// without a reply), `partial_file`; `coretry::errc::attempt_timeout`; the generic
+/// without a reply), `partial_file`, `http2` (an HTTP/2 connection closed, GOAWAY),
+/// `http2_stream` (a stream reset or refused); `coretry::errc::attempt_timeout`; the generic
 /// `connection_refused`, `connection_reset`, `connection_aborted`, `timed_out`. Never
-/// `asio::error::operation_aborted` (cancellation), invalid or unsupported URLs, resolution
-/// failures, redirect loops or anything else.
+/// `asio::error::operation_aborted` (cancellation), TLS failures (`is_tls_error`: an
+/// untrusted certificate or a failed handshake fails the same way again), invalid or
+/// unsupported URLs, resolution failures, redirect loops or anything else.
 bool is_retryable(const std::error_code& ec) noexcept;
 
 /// Whether an HTTP status is worth retrying: 408, 429, 500, 502, 503 and 504. Every other

@@ -16,6 +16,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <system_error>
 #include <type_traits>
@@ -23,27 +24,64 @@
 
 namespace coretry::curl {
 
-/// Limits of a `client`. Every field has a default; `client`'s constructor calls `validate()`.
+/// The HTTP versions a client offers (`CURLOPT_HTTP_VERSION`). The version each response came
+/// over is `response::version`.
+enum class http_version_option : std::uint8_t {
+  /// HTTP/1.1 only, also over TLS.
+  http1_1,
+  /// HTTP/2 over TLS when the server agrees through ALPN, else HTTP/1.1; plain http:// URLs
+  /// use HTTP/1.1. libcurl's default, and the client's.
+  http2_tls,
+  /// As `http2_tls`, and over plain http:// an `Upgrade: h2c` request (HTTP/1.1 when refused).
+  http2,
+  /// HTTP/2 from the first byte over plain http:// too, without asking (h2c prior knowledge;
+  /// the server must speak HTTP/2 there); ALPN over TLS.
+  http2_prior_knowledge,
+};
+
+/// Limits, HTTP version and TLS settings of a `client`. Every field has a default; `client`'s
+/// constructor calls `validate()`.
 struct client_options {
-  /// Sockets open at once, over all hosts (`CURLMOPT_MAX_TOTAL_CONNECTIONS`); 0 = unlimited.
+  /// Connections open at once, over all hosts (`CURLMOPT_MAX_TOTAL_CONNECTIONS`); 0 = unlimited.
+  /// An HTTP/2 connection counts once, however many requests it carries
+  /// (`max_streams_per_connection`).
   long max_total_connections = 64;
-  /// Sockets open at once to one host (`CURLMOPT_MAX_HOST_CONNECTIONS`); 0 = unlimited.
+  /// Connections open at once to one host (`CURLMOPT_MAX_HOST_CONNECTIONS`); 0 = unlimited.
   /// Beware: transfers to one host beyond this limit wait inside libcurl, where the wait counts
-  /// in `request::timeout`. For a single host, set `max_concurrent_requests` to this value too.
+  /// in `request::timeout`. For a single HTTP/1.1 host, set `max_concurrent_requests` to this
+  /// value too.
   long max_host_connections = 0;
   /// Transfers handed to libcurl at once; the rest wait, in order, in the client's own queue.
-  /// 0 = `max_total_connections` (unlimited when that is 0). Keeping this at or below
-  /// `max_total_connections` means libcurl never queues a transfer internally, so
-  /// `request::timeout` measures time on the network, not time in a queue.
+  ///
+  /// 0 (the default) admits by connections instead: as many HTTP/1.1 transfers as
+  /// `max_total_connections`, and on top, for a host already seen to answer over HTTP/2, up to
+  /// `max_streams_per_connection` transfers per connection (each such transfer takes that
+  /// fraction of a connection). So libcurl never queues a transfer internally, and
+  /// `request::timeout` measures time on the network, not time in a queue, while an HTTP/2
+  /// host still gets all its streams. Unlimited when `max_total_connections` is 0.
   std::size_t max_concurrent_requests = 0;
   /// Idle easy handles kept for reuse (reset with `curl_easy_reset` between transfers).
   std::size_t pool_size = 64;
   /// Idle connections kept in libcurl's cache (`CURLMOPT_MAXCONNECTS`);
   /// 0 = `max_total_connections`, or 64 when that is 0.
   long max_idle_connections = 0;
+  /// The HTTP versions offered; default HTTP/2 over TLS, HTTP/1.1 otherwise (`http2_tls`).
+  /// Whenever HTTP/2 may be used, transfers are handed over with `CURLOPT_PIPEWAIT`: a request
+  /// to a host whose first connection is still being set up waits for it and then shares it,
+  /// instead of opening a connection of its own.
+  http_version_option http_version = http_version_option::http2_tls;
+  /// Concurrent requests (streams) on one HTTP/2 connection
+  /// (`CURLMOPT_MAX_CONCURRENT_STREAMS`); 0 = libcurl's default, 100. A server may allow fewer
+  /// (nginx: `http2_max_concurrent_streams`, 128 by default); libcurl opens another connection,
+  /// within `max_total_connections`, when one is full.
+  long max_streams_per_connection = 0;
+  /// Trust and client certificate for https:// URLs; verification on (see `tls_options`).
+  /// `request::tls` replaces it for one request.
+  tls_options tls{};
 
   /// Throws `std::invalid_argument` naming the field and its value when a `long` field is
-  /// negative.
+  /// negative, `http_version` is out of range, or `tls` is invalid (`tls.ca_file`, ...; see
+  /// `tls_options::validate`).
   void validate() const;
 };
 
@@ -52,6 +90,8 @@ struct client_stats {
   std::size_t active_transfers = 0; ///< Transfers inside the libcurl multi handle.
   std::size_t queued_requests = 0;  ///< Requests waiting in the client's queue.
   std::size_t open_connections = 0; ///< Sockets the client opened for libcurl and not yet closed.
+  /// Connections libcurl set up (TCP, and TLS for https) since construction, reused or not.
+  std::size_t connects = 0;
   std::size_t waiting_retries = 0; ///< `coretry::curl::retry` operations sleeping between attempts.
   std::size_t pooled_handles = 0;  ///< Idle easy handles in the pool.
   std::size_t peak_active_transfers = 0;
@@ -139,6 +179,10 @@ auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_exec
       token, std::move(impl), fallback, std::move(req));
 }
 
+/// The coroutine of `client::perform` (`req` already validated).
+asio::awaitable<response> perform_throwing(std::shared_ptr<client_impl> impl,
+                                           asio::any_io_executor fallback, request req);
+
 } // namespace detail
 
 /// An HTTP client: one libcurl multi handle driven by an Asio executor.
@@ -148,8 +192,8 @@ auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_exec
 /// libcurl call runs in a handler on the executor, under the client's own lock, so the
 /// io_context may be run by several threads and `perform` may be called from any of them.
 ///
-/// Connections are reused (HTTP/1.1 keep-alive) and bounded by `client_options`; easy handles
-/// are pooled.
+/// Connections are reused (HTTP/1.1 keep-alive; HTTP/2 carries many requests on one) and
+/// bounded by `client_options`; easy handles are pooled.
 ///
 /// Thread safety: distinct clients are independent; one client may be used from any thread.
 /// It may be destroyed on any thread, also while other threads run its executor (the client's
@@ -198,10 +242,12 @@ public:
   }
 
   /// `co_await client.perform(req)`: as `async_perform`, throwing `std::system_error` on a
-  /// transport error or cancellation. A 4xx/5xx status is returned, not thrown. An invalid
-  /// `req` throws `std::invalid_argument` from the call itself.
+  /// transport error (its `what()` includes `response::error_detail`) or cancellation. A
+  /// 4xx/5xx status is returned, not thrown. An invalid `req` throws `std::invalid_argument`
+  /// from the call itself.
   asio::awaitable<response> perform(request req) {
-    return async_perform(std::move(req), asio::use_awaitable);
+    req.validate();
+    return detail::perform_throwing(impl_, executor_, std::move(req));
   }
 
   /// The counters, read without locking (each value is exact; together they may be skewed).

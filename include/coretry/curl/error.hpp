@@ -15,17 +15,35 @@ enum class errc {
   couldnt_resolve_host = 6, ///< CURLE_COULDNT_RESOLVE_HOST
   couldnt_connect = 7,      ///< CURLE_COULDNT_CONNECT (e.g. connection refused)
   weird_server_reply = 8,   ///< CURLE_WEIRD_SERVER_REPLY
+  http2 = 16,               ///< CURLE_HTTP2 (HTTP/2 framing or connection error, e.g. GOAWAY)
   partial_file = 18,        ///< CURLE_PARTIAL_FILE (body shorter than Content-Length)
   out_of_memory = 27,       ///< CURLE_OUT_OF_MEMORY
   operation_timedout = 28,  ///< CURLE_OPERATION_TIMEDOUT (`request::timeout`/`connect_timeout`)
-  too_many_redirects = 47,  ///< CURLE_TOO_MANY_REDIRECTS
-  got_nothing = 52,         ///< CURLE_GOT_NOTHING (connection closed without a reply)
-  send_error = 55,          ///< CURLE_SEND_ERROR
-  recv_error = 56,          ///< CURLE_RECV_ERROR (e.g. connection reset by peer)
+  /// CURLE_SSL_CONNECT_ERROR: the TLS handshake failed (no common protocol version, e.g. below
+  /// `tls_options::min_version`, or cipher; a client certificate the server rejected).
+  ssl_connect_error = 35,
+  too_many_redirects = 47, ///< CURLE_TOO_MANY_REDIRECTS
+  got_nothing = 52,        ///< CURLE_GOT_NOTHING (connection closed without a reply)
+  send_error = 55,         ///< CURLE_SEND_ERROR
+  recv_error = 56,         ///< CURLE_RECV_ERROR (e.g. connection reset by peer)
+  /// CURLE_SSL_CERTPROBLEM: the client certificate or key (`tls_options::client_cert`,
+  /// `client_key`) could not be used.
+  ssl_certproblem = 58,
+  /// CURLE_PEER_FAILED_VERIFICATION: the server's certificate was not verified (unknown
+  /// issuer, self-signed, expired, or not for this host name).
+  peer_failed_verification = 60,
+  /// CURLE_SSL_CACERT_BADFILE: the CA file, directory or blob could not be loaded.
+  ssl_cacert_badfile = 77,
+  http2_stream = 92, ///< CURLE_HTTP2_STREAM (one HTTP/2 stream reset, e.g. REFUSED_STREAM)
 };
 
+/// Whether `ec` is a TLS failure in `curl_category()` (handshake, verification, certificate
+/// or CA file): never worth retrying, the same configuration fails the same way.
+bool is_tls_error(const std::error_code& ec) noexcept;
+
 /// The category of libcurl transfer errors (`CURLcode`); its name is "curl" and its messages
-/// come from `curl_easy_strerror`. Thread-safe.
+/// come from `curl_easy_strerror`, except for TLS failures, whose messages say what failed
+/// ("TLS: the server's certificate was not verified ..."). Thread-safe.
 const std::error_category& curl_category() noexcept;
 
 /// A category whose values are HTTP status codes ("HTTP 503 Service Unavailable"). A status is

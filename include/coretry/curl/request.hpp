@@ -3,6 +3,7 @@
 /// `request` and `response`: what `client::perform` sends and returns.
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,48 @@ bool iequals(std::string_view a, std::string_view b) noexcept;
 /// The value of the first field named `name` (case-insensitive), or `std::nullopt`.
 std::optional<std::string_view> find_header(const header_list& headers,
                                             std::string_view name) noexcept;
+
+/// The lowest TLS protocol version a connection may use (`CURLOPT_SSLVERSION`).
+enum class tls_version : std::uint8_t { tls1_0, tls1_1, tls1_2, tls1_3 };
+
+/// How a client trusts servers and proves who it is over TLS (https:// URLs). The defaults
+/// verify the server's certificate chain and host name against the system's CA bundle
+/// (`/etc/ssl/certs/ca-certificates.crt` on Debian) and offer TLS 1.2 or later.
+///
+/// Trust comes only from these fields: libcurl does not read `SSL_CERT_FILE` or
+/// `CURL_CA_BUNDLE` from the environment (the curl command-line tool does).
+///
+/// `client_options::tls` applies to every request of a client; `request::tls`, when set,
+/// replaces it as a whole for that request (the fields are not merged). A connection is reused
+/// only by requests with the same TLS settings.
+struct tls_options {
+  /// A PEM file of CA certificates to trust instead of the system bundle (`CURLOPT_CAINFO`).
+  std::string ca_file{};
+  /// A directory of PEM CA certificates named by subject hash, as `openssl rehash` or
+  /// `c_rehash` leave them (`<hash>.0`), searched as well (`CURLOPT_CAPATH`).
+  std::string ca_path{};
+  /// PEM CA certificates held in memory, trusted instead of `ca_file` and the system bundle
+  /// (`CURLOPT_CAINFO_BLOB`).
+  std::string ca_blob{};
+  /// A PEM client certificate file, for servers that ask for one (`CURLOPT_SSLCERT`).
+  std::string client_cert{};
+  /// The PEM private key of `client_cert`, unencrypted (`CURLOPT_SSLKEY`); empty when the key
+  /// is in the `client_cert` file. Requires `client_cert`.
+  std::string client_key{};
+  /// The lowest protocol version accepted; a server offering only older ones fails the
+  /// handshake with `errc::ssl_connect_error`. Default TLS 1.2.
+  tls_version min_version = tls_version::tls1_2;
+  /// Skips verifying the server's certificate and host name (`CURLOPT_SSL_VERIFYPEER` and
+  /// `CURLOPT_SSL_VERIFYHOST` off): anyone on the path can read and change the traffic. For
+  /// tests against throw-away servers only. Default false.
+  bool insecure_skip_verify = false;
+
+  /// Throws `std::invalid_argument` naming the first bad field and its value: a file or
+  /// directory field that does not name an existing file (directory for `ca_path`), contains a
+  /// NUL character, a `ca_blob` without a PEM certificate in it, a `client_key` without a
+  /// `client_cert`, a `min_version` out of range.
+  void validate() const;
+};
 
 /// One HTTP request. A plain aggregate; copy it freely.
 ///
@@ -63,6 +106,8 @@ struct request {
   /// already took. It costs such requests a new connection each (left in the cache for others
   /// afterwards).
   bool retry_non_idempotent = false;
+  /// TLS settings for this request alone, replacing `client_options::tls` as a whole.
+  std::optional<tls_options> tls{};
 
   /// The value of the first header field named `name`, or `std::nullopt`.
   std::optional<std::string_view> header(std::string_view name) const noexcept {
@@ -72,9 +117,16 @@ struct request {
   /// Throws `std::invalid_argument` naming the first bad field and its value (control
   /// characters escaped): an empty or non-token `method`, a NUL in `url`, a header name that
   /// is not a token or a value with CR/LF/NUL, a negative `connect_timeout`, `timeout` or
-  /// `max_redirects`, a "HEAD" with a body.
+  /// `max_redirects`, a "HEAD" with a body, a bad `tls` (see `tls_options::validate`; the field
+  /// is named `tls.ca_file`, ...).
   void validate() const;
 };
+
+/// The HTTP version a response came over (`CURLINFO_HTTP_VERSION`).
+enum class http_version : std::uint8_t { unknown, http1_0, http1_1, http2, http3 };
+
+/// "HTTP/1.0", "HTTP/1.1", "HTTP/2", "HTTP/3" or "unknown".
+const char* to_string(http_version v) noexcept;
 
 /// What a completed transfer returned. Any status, 4xx and 5xx included, is a response, not an
 /// error: only transport failures are errors.
@@ -82,6 +134,13 @@ struct response {
   long status = 0;       ///< The HTTP status code of the last response (after redirects).
   header_list headers{}; ///< The last response's header fields, names as sent by the server.
   std::string body{};    ///< The body, decoded from chunked transfer encoding.
+  /// The version the response came over: `http2` when a request over TLS negotiated h2 (ALPN).
+  http_version version = http_version::unknown;
+  /// When a transfer fails: libcurl's own account of what went wrong (`CURLOPT_ERRORBUFFER`),
+  /// more precise than the error code's message, e.g. "SSL certificate problem: unable to get
+  /// local issuer certificate". Empty for a complete response; `client::async_perform` delivers
+  /// it with the error in an otherwise empty response.
+  std::string error_detail{};
 
   /// The value of the first header field named `name` (case-insensitive), or `std::nullopt`.
   /// The view points into `headers`.

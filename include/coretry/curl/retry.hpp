@@ -17,6 +17,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include <memory>
+#include <string>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -54,7 +55,9 @@ struct http_retry_state {
   std::weak_ptr<client_impl> impl;
   asio::any_io_executor executor;
   request req;
-  long last_status = 0; ///< the last attempt's status, 0 after a transport error
+  long last_status = 0;       ///< the last attempt's status, 0 after a transport error
+  std::error_code last_error; ///< the last attempt's transport error
+  std::string last_detail;    ///< and libcurl's account of it (`response::error_detail`)
   bool sleeping = false;
 };
 
@@ -71,8 +74,11 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
           co_return std::tuple{std::error_code(asio::error::operation_aborted), response{}};
         auto [ec, r] = co_await async_perform_on(std::move(impl), st->executor, st->req,
                                                  asio::experimental::as_tuple(asio::use_awaitable));
-        if (ec)
+        st->last_error = ec;
+        if (ec) {
+          st->last_detail = std::move(r.error_detail);
           co_return std::tuple{ec, response{}};
+        }
         st->last_status = r.status;
         if (honours_retry_after(r.status))
           if (auto value = r.header("Retry-After"))
@@ -117,11 +123,30 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
 
 // What every front end below starts from: the request checked at the call (so a bad one throws
 // there, whatever the token), the attempt function, and the HTTP-aware policy sharing its state.
-inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
+// With the shared state too (`with_detail` reads it).
+inline auto prepare_http_shared(client& c, request req, coretry::retry_policy policy) {
   req.validate();
   auto st = std::make_shared<http_retry_state>(c, std::move(req));
-  auto p = make_http_policy(std::move(policy), st); // before the attempt takes `st` over
-  return std::pair{make_http_attempt(std::move(st)), std::move(p)};
+  auto p = make_http_policy(std::move(policy), st);
+  return std::tuple{make_http_attempt(st), std::move(p), st};
+}
+
+inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
+  auto [attempt, p, st] = prepare_http_shared(c, std::move(req), std::move(policy));
+  return std::pair{std::move(attempt), std::move(p)};
+}
+
+// Awaits `op`; when it throws the last attempt's transport error, throws it again with
+// libcurl's account of the failure in what() ("SSL certificate problem: ...").
+inline asio::awaitable<response> with_detail(asio::awaitable<response> op,
+                                             std::shared_ptr<http_retry_state> st) {
+  try {
+    co_return co_await std::move(op);
+  } catch (const std::system_error& e) {
+    if (st->last_detail.empty() || e.code() != st->last_error)
+      throw;
+    throw std::system_error(e.code(), st->last_detail);
+  }
 }
 
 } // namespace detail
@@ -143,8 +168,9 @@ inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
 ///   status `make_http_status_error(status)` (category `http_status_category()`).
 ///
 /// \returns the response. \throws std::invalid_argument at the call when `req.validate()` or
-/// `policy.validate()` does; std::system_error with the last transport error (or the policy's
-/// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
+/// `policy.validate()` does; std::system_error with the last transport error (its `what()`
+/// starting with libcurl's account of it, `response::error_detail`) or the policy's reason
+/// (see `final_error`), or `asio::error::operation_aborted` when cancelled.
 ///
 /// Cancellation: terminal cancellation of the awaiting coroutine, and the policy's group token,
 /// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
@@ -157,16 +183,17 @@ inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
 /// unresumed with its execution context, it touches nothing of `c`. Thread safety: as
 /// `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
-  auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
-  return coretry::retry_async(std::move(attempt), std::move(p));
+  auto [attempt, p, st] = detail::prepare_http_shared(c, std::move(req), std::move(policy));
+  return detail::with_detail(coretry::retry_async(std::move(attempt), std::move(p)), std::move(st));
 }
 
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
 inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy,
                                        coretry::retry_stats& stats) {
-  auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
-  return coretry::retry_async(std::move(attempt), std::move(p), stats);
+  auto [attempt, p, st] = detail::prepare_http_shared(c, std::move(req), std::move(policy));
+  return detail::with_detail(coretry::retry_async(std::move(attempt), std::move(p), stats),
+                             std::move(st));
 }
 
 /// `retry` for any completion token, on the client's executor.
