@@ -17,11 +17,14 @@
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/this_coro.hpp>
+#include <asio/thread_pool.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -582,6 +585,35 @@ TEST_CASE("invalid hedge options are refused at the call") {
                       [](std::error_code, int) {}),
                   std::invalid_argument);
   CHECK(op.records.empty());
+}
+
+TEST_CASE("a thread_pool executor and use_future: the attempts share one strand") {
+  // Real time, a few milliseconds of it: the point is the executor.
+  asio::thread_pool pool(2);
+  auto inside = std::make_shared<std::atomic<int>>(0);
+  auto overlapped = std::make_shared<std::atomic<bool>>(false);
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto op = [inside, overlapped, calls]() -> asio::awaitable<int> {
+    const int n = ++*calls;
+    asio::steady_timer t(co_await asio::this_coro::executor,
+                         n == 1 ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(1));
+    // Between two awaits an attempt runs alone on the strand: no other attempt may be inside.
+    for (int i = 0; i < 2; ++i) {
+      if (++*inside != 1)
+        *overlapped = true;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      --*inside;
+      co_await asio::post(asio::use_awaitable);
+    }
+    co_await t.async_wait(asio::use_awaitable);
+    co_return n;
+  };
+  std::future<int> f = coretry::async_hedge(pool.get_executor(), op, {.max_attempts = 2},
+                                            {.delay = 0ns}, asio::use_future);
+  CHECK(f.get() == 2);
+  CHECK(*calls == 2);
+  CHECK_FALSE(*overlapped);
+  pool.join();
 }
 
 TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled from a third") {
