@@ -12,6 +12,7 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
@@ -632,9 +633,10 @@ TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled 
   constexpr int operations = 2000;
   asio::io_context io(2);
   auto gate = std::make_shared<counting_gate>();
-  auto budget = std::make_shared<coretry::ratio_budget>();
+  auto budget =
+      std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{.ratio = 0.5});
   coretry::cancellation_source group;
-  std::atomic<int> started{0}, ended{0}, completions{0}, aborted{0};
+  std::atomic<int> started{0}, ended{0}, completions{0}, aborted{0}, hedges{0};
   std::vector<asio::strand<asio::io_context::executor_type>> strands;
   std::vector<std::unique_ptr<asio::cancellation_signal>> signals;
   std::vector<std::unique_ptr<std::atomic<int>>> done;
@@ -644,7 +646,7 @@ TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled 
     done.push_back(std::make_unique<std::atomic<int>>(0));
   }
   std::mt19937 seeds(12345);
-  for (int i = 0; i < operations; ++i) {
+  auto start = [&](int i) {
     retry_policy p{.max_attempts = 4, .attempt_timeout = 2ms};
     p.breaker = gate;
     p.budget = budget;
@@ -663,28 +665,38 @@ TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled 
         throw std::system_error(refused);
       co_return static_cast<int>(r % 100);
     };
-    coretry::async_hedge(strands[static_cast<std::size_t>(i)], op, p,
-                         {.delay = 200us, .max_in_flight = 3},
-                         asio::bind_cancellation_slot(signals[static_cast<std::size_t>(i)]->slot(),
-                                                      [&, i](std::error_code ec, int) {
-                                                        ++*done[static_cast<std::size_t>(i)];
-                                                        ++completions;
-                                                        if (ec == asio::error::operation_aborted)
-                                                          ++aborted;
-                                                      }));
-  }
+    hedge_options h{.delay = 200us, .max_in_flight = 3};
+    h.on_hedge = [&](const coretry::hedge_event&) { ++hedges; };
+    const auto k = static_cast<std::size_t>(i);
+    coretry::async_hedge(
+        strands[k], op, p, h,
+        asio::bind_cancellation_slot(signals[k]->slot(), [&, k](std::error_code ec, int) {
+          ++*done[k];
+          ++completions;
+          if (ec == asio::error::operation_aborted)
+            ++aborted;
+        }));
+  };
+  auto work = asio::make_work_guard(io);
   std::thread t1([&] { io.run(); });
   std::thread t2([&] { io.run(); });
-  // Cancels individual operations from this thread, each through a post to the strand its
-  // owner runs on (a cancellation slot is not thread-safe), and the group source directly.
+  // This thread starts the operations in waves while the two others run them, and cancels
+  // some already started: each through a post to the strand its owner runs on (a cancellation
+  // slot is not thread-safe), and a third of them through the group source, half-way.
   std::mt19937 pick(777);
-  for (int k = 0; k < operations / 4; ++k) {
-    const auto i = static_cast<std::size_t>(pick() % operations);
-    asio::post(strands[i], [&signals, i] { signals[i]->emit(asio::cancellation_type::terminal); });
-    if (k == operations / 6)
+  for (int i = 0; i < operations; ++i) {
+    start(i);
+    if (i % 4 == 3) {
+      const auto k = static_cast<std::size_t>(pick() % static_cast<unsigned>(i + 1));
+      asio::post(strands[k],
+                 [&signals, k] { signals[k]->emit(asio::cancellation_type::terminal); });
+    }
+    if (i == operations / 2)
       group.cancel();
-    std::this_thread::sleep_for(std::chrono::microseconds(pick() % 20));
+    if (i % 50 == 49)
+      std::this_thread::sleep_for(std::chrono::microseconds(pick() % 1000));
   }
+  work.reset();
   t1.join();
   t2.join();
   CHECK(completions == operations);
@@ -693,6 +705,8 @@ TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled 
   CHECK(started == ended);
   CHECK(gate->granted == gate->reported);
   CHECK(aborted > 0);
-  CHECK(started > operations); // hedges ran
-  MESSAGE("attempts: ", started.load(), ", aborted operations: ", aborted.load());
+  CHECK(hedges > 0);
+  CHECK(started <= operations + hedges); // every attempt but the first of each is a hedge
+  MESSAGE("attempts: ", started.load(), ", hedges: ", hedges.load(),
+          ", aborted operations: ", aborted.load());
 }
