@@ -9,6 +9,7 @@
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
 #include <coretry/error.hpp>
+#include <coretry/hedge.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/random.hpp>

@@ -5,6 +5,7 @@
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/error.hpp>
+#include <coretry/curl/hedge.hpp>
 #include <coretry/curl/request.hpp>
 #include <coretry/curl/retry.hpp>
 #include <coretry/curl/retry_after.hpp>

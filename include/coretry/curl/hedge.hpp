@@ -1,0 +1,92 @@
+#pragma once
+/// \file
+/// `coretry::curl::hedge`: an HTTP request hedged under a `coretry::retry_policy` and
+/// `coretry::hedge_options`, with the HTTP classification of `coretry::curl::retry`.
+
+#include <coretry/curl/classify.hpp>
+#include <coretry/curl/client.hpp>
+#include <coretry/curl/request.hpp>
+#include <coretry/curl/retry.hpp>
+#include <coretry/hedge.hpp>
+#include <coretry/policy.hpp>
+
+#include <asio/awaitable.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace coretry::curl {
+
+/// Whether `hedge` may send `req`: its method is idempotent (`is_idempotent`) or it carries an
+/// `Idempotency-Key` header. `request::retry_non_idempotent` is not enough: it allows sending a
+/// request again after the previous copy failed, whereas hedging sends copies while the
+/// previous ones may still be running, and cancels the losers when they may already have been
+/// served.
+inline bool may_hedge(const request& req) noexcept {
+  return is_idempotent(req.method) || req.header("Idempotency-Key").has_value();
+}
+
+namespace detail {
+
+/// `prepare_http` for hedging: refuses, at the call, a request that must not be sent twice.
+inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) {
+  req.validate();
+  if (!may_hedge(req))
+    throw std::invalid_argument(
+        "coretry::curl::hedge: a " + req.method + " request to " + req.url +
+        " is not idempotent and hedging sends it several times at once; add an Idempotency-Key "
+        "header that the server honours, or send it with coretry::curl::retry");
+  return prepare_http(c, std::move(req), std::move(policy));
+}
+
+} // namespace detail
+
+/// Performs `req` on `c` hedged (see coretry/hedge.hpp): another copy starts when none has
+/// succeeded within `options.delay`, the first acceptable response wins and the other transfers
+/// are cancelled (removed from libcurl, their connections closed if unfinished).
+///
+/// Classification as `coretry::curl::retry`: a transport error `is_retryable` (or
+/// `policy.retry_if`, when set) and a status `is_retryable_status` (408, 429, 500, 502, 503,
+/// 504) are non-fatal and start the next copy at once; any other response, 4xx included, or any
+/// other transport error ends the operation. `Retry-After` is not waited for (no copy waits for
+/// another); with `policy.rate_limit` a 429 or 503 slows the sending rate. When every allowed
+/// copy got a retryable status, the last such response is returned.
+///
+/// \returns the response. \throws std::invalid_argument at the call when `req` is not
+/// idempotent and has no `Idempotency-Key` (see `may_hedge`), or when `req`, `policy` or
+/// `options` is invalid; std::system_error with the final transport error (or the policy's
+/// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
+///
+/// Cancellation, lifetime and thread safety as `retry`: terminal cancellation of the awaiting
+/// coroutine and the policy's group token cancel every copy in flight; `c` need not outlive the
+/// operation (copies still running end with `operation_aborted`).
+inline asio::awaitable<response> hedge(client& c, request req, coretry::retry_policy policy = {},
+                                       coretry::hedge_options options = {}) {
+  auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
+  return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options));
+}
+
+/// As above, and fills `stats`, which must outlive the operation.
+inline asio::awaitable<response> hedge(client& c, request req, coretry::retry_policy policy,
+                                       coretry::hedge_options options,
+                                       coretry::hedge_stats& stats) {
+  auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
+  return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options), stats);
+}
+
+/// `hedge` for any completion token, on the client's executor.
+///
+/// Completion signature: `void(std::error_code, response)`; the error is empty whenever a
+/// response is delivered. Invalid or non-idempotent requests throw `std::invalid_argument` at
+/// the call; nothing is sent then. Cancellation: any type through the handler's slot, and the
+/// group token; completes once with `operation_aborted`. Thread safety: any thread.
+template <class CompletionToken>
+auto async_hedge(client& c, request req, coretry::retry_policy policy,
+                 coretry::hedge_options options, CompletionToken&& token) {
+  auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
+  return coretry::async_hedge(c.get_executor(), std::move(attempt), std::move(p),
+                              std::move(options), std::forward<CompletionToken>(token));
+}
+
+} // namespace coretry::curl

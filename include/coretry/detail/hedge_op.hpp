@@ -1,0 +1,543 @@
+#pragma once
+// The hedged operation: one state on a strand, attempts co_spawned beside each other on that
+// strand, each with its own cancellation signal, and three kinds of timer (the next hedge, each
+// attempt's timeout, the deadline). Private: include <coretry/hedge.hpp>.
+//
+// Everything below runs on the strand except the entry points that hop onto it (the caller's
+// slot handler, a group source's notice). The state is kept alive by whatever may still call
+// it: each attempt's frame, each pending timer wait, the posted start. It completes once, when
+// its outcome is decided and no attempt runs any more, by posting the handler to its executor.
+//
+// Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the breaker
+// grant that reports even when its frame dies (`gate_grant`), the schedule's decisions
+// (`begin_attempt`, `pace`, `retryable`, `record`, `stop`; schedule.hpp), and the completion
+// signatures, delivery and strand choice of retry_op.hpp.
+
+#include <coretry/attempt.hpp>
+#include <coretry/cancellation.hpp>
+#include <coretry/detail/retry_loop.hpp>
+#include <coretry/detail/retry_op.hpp>
+#include <coretry/detail/schedule.hpp>
+#include <coretry/error.hpp>
+#include <coretry/policy.hpp>
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace coretry::detail {
+
+/// Checks everything that can be checked at the call.
+template <class T> void check_hedge(const retry_policy& p, const hedge_options& h) {
+  p.validate();
+  h.validate();
+  check_result_filter<T>(p);
+}
+
+/// Why the state cancelled a running attempt.
+enum class hedge_cut : std::uint8_t {
+  none,
+  lost,     ///< the operation ended otherwise: abandoned, for the breaker too
+  timeout,  ///< its own `attempt_timeout`: a retryable failure
+  deadline, ///< the operation's deadline: a failure, and the operation is over
+};
+
+template <class T> struct hedge_outcome {
+  std::error_code error;
+  std::optional<stored_t<T>> value;
+  std::exception_ptr exception;
+};
+
+template <class Timer, class T, class Op, class Strand, class Handler, class Executor,
+          class Deliver>
+class hedge_state final : public cancellation_registration,
+                          public std::enable_shared_from_this<
+                              hedge_state<Timer, T, Op, Strand, Handler, Executor, Deliver>> {
+  using clock = typename Timer::clock_type;
+  using timer_type = typename Timer::template rebind_executor<Strand>::other;
+
+public:
+  struct slot {
+    explicit slot(unsigned n) : number(n) {}
+    asio::cancellation_signal signal; ///< bound to the attempt's co_spawn
+    gate_grant<clock> grant;          ///< reports `on_abandoned` if the state dies first
+    std::optional<timer_type> timer;  ///< its attempt timeout
+    unsigned number;
+    hedge_cut cut = hedge_cut::none;
+    bool running = true;
+  };
+
+  hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
+              hedge_options hedge, hedge_stats* stats)
+      : strand_(std::move(strand)), handler_(std::move(handler)), executor_(ex), op_(std::move(op)),
+        policy_(std::move(policy)), hedge_(std::move(hedge)), stats_(stats), hedge_timer_(strand_) {
+    pin = &hedge_state::pin_for_group;
+    notify = &hedge_state::notify_from_group;
+    if (stats_)
+      *stats_ = hedge_stats{};
+  }
+  ~hedge_state() { policy_.cancellation.detach(*this); }
+  hedge_state(const hedge_state&) = delete;
+  hedge_state& operator=(const hedge_state&) = delete;
+
+  /// The initiation's last step: the caller's slot (any type) cancels, from any thread. Always
+  /// a post: the completion clears that slot, which it must not do inside the slot's handler.
+  template <class Slot> void connect(Slot user_slot) {
+    if (!user_slot.is_connected())
+      return;
+    user_slot.assign([w = this->weak_from_this()](asio::cancellation_type) {
+      if (auto s = w.lock()) {
+        const Strand strand = s->strand_;
+        asio::post(strand, [s = std::move(s)] { s->cancel(); });
+      }
+    });
+  }
+
+  /// Posted by the initiation.
+  void start() {
+    start_ = read_clock<clock>(true);
+    sched_.emplace(policy_, start_);
+    started_ = true;
+    if (cancel_requested_ ||
+        (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this))) {
+      finish_abort();
+      return;
+    }
+    if (policy_.budget)
+      policy_.budget->on_request(start_);
+    if (sched_->has_deadline()) {
+      deadline_timer_.emplace(strand_);
+      deadline_timer_->expires_after(
+          std::chrono::ceil<typename timer_type::duration>(sched_->deadline() - start_));
+      deadline_timer_->async_wait([s = this->shared_from_this()](std::error_code ec) {
+        if (!ec)
+          s->on_deadline();
+      });
+    }
+    try_launch({});
+  }
+
+  /// The attempt `sl` returned (called from its frame, on the strand).
+  void attempt_done(slot& sl, hedge_outcome<T> out) noexcept {
+    sl.running = false;
+    --in_flight_;
+    if (sl.timer)
+      sl.timer->cancel();
+    const nanoseconds now = read_clock<clock>(true);
+    if (!out.value && sl.cut == hedge_cut::timeout) {
+      out.error = errc::attempt_timeout;
+      out.exception = nullptr;
+    } else if (!out.value && sl.cut == hedge_cut::deadline) {
+      out.error = errc::deadline_exceeded;
+      out.exception = nullptr;
+    }
+    const bool abandoned = sl.cut == hedge_cut::lost;
+    if (!abandoned && !out.exception && !out.error && policy_.result_filter) {
+      try {
+        if (policy_.result_filter->call(&*out.value))
+          out.error = errc::result_rejected;
+      } catch (...) {
+        out.exception = std::current_exception();
+      }
+    }
+    sl.grant.gate = nullptr; // record() reports to the breaker, even when it throws
+    if (policy_.breaker || policy_.rate_limit) {
+      try {
+        sched_->record(out.error, abandoned || out.exception, now);
+      } catch (...) {
+        if (!out.exception)
+          out.exception = std::current_exception();
+      }
+    }
+    if (abandoned) {
+      if (stats_)
+        ++stats_->abandoned;
+      maybe_complete();
+      return;
+    }
+    if (!out.exception && policy_.budget) {
+      if (out.error)
+        policy_.budget->on_failure(now);
+      else
+        policy_.budget->on_success(now);
+    }
+    if (out.error && stats_)
+      stats_->last_error = out.error;
+    if (finishing_) { // cut by the deadline: the outcome is decided already
+      maybe_complete();
+      return;
+    }
+    if (out.exception) {
+      finish_thrown(std::move(out.exception));
+      return;
+    }
+    if (!out.error) {
+      result_.value = std::move(out.value);
+      if (stats_) {
+        stats_->winner = sl.number;
+        stats_->last_error = {};
+      }
+      finish(); // a success: every other attempt is abandoned
+      return;
+    }
+    last_error_ = out.error;
+    if (out.error == errc::result_rejected) {
+      last_rejected_ = std::move(out.value);
+      rejected_by_ = sl.number;
+    }
+    bool retryable = false;
+    try {
+      retryable = sched_->retryable(out.error);
+    } catch (...) {
+      finish_thrown(std::current_exception());
+      return;
+    }
+    if (!retryable) {
+      fail(out.error, out.error);
+      finish();
+      return;
+    }
+    try_launch(out.error); // a retryable failure: the next attempt starts now
+    if (!finishing_ && in_flight_ == 0 && !pacing_)
+      stop_launching(launched_ >= policy_.max_attempts ? errc::attempts_exhausted : stop_reason_);
+  }
+
+  Op& op() noexcept { return op_; }
+
+private:
+  using self_ptr = std::shared_ptr<hedge_state>;
+
+  bool may_launch() const noexcept {
+    return !finishing_ && stop_reason_ == errc{} && launched_ < policy_.max_attempts;
+  }
+
+  /// Starts the next attempt if one may start now; `trigger` is the failure that asks for it,
+  /// or empty. A hedge that is due while `max_in_flight` attempts run waits for a failure.
+  void try_launch(std::error_code trigger) {
+    if (!may_launch() || pacing_ || in_flight_ >= hedge_.max_in_flight)
+      return;
+    const nanoseconds now = read_clock<clock>(true);
+    if (policy_.rate_limit && !have_token_) {
+      const verdict v = sched_->pace(now);
+      if (v.stop) {
+        stop_launching(errc::deadline_exceeded);
+        return;
+      }
+      have_token_ = true;
+      if (v.delay > nanoseconds::zero()) {
+        pacing_ = true;
+        pending_trigger_ = trigger;
+        arm_hedge_timer(v.delay);
+        return;
+      }
+    }
+    launch(now, trigger);
+  }
+
+  void launch(nanoseconds now, std::error_code trigger) {
+    have_token_ = false;
+    if (launched_ > 0 && policy_.budget && !policy_.budget->try_retry(now)) {
+      stop_launching(errc::budget_exhausted);
+      return;
+    }
+    if (const std::error_code why = sched_->begin_attempt(now)) {
+      stop_launching(static_cast<errc>(why.value()));
+      return;
+    }
+    ++launched_;
+    ++in_flight_;
+    slots_.push_back(std::make_unique<slot>(launched_));
+    slot& sl = *slots_.back();
+    sl.grant.gate = policy_.breaker.get();
+    if (stats_) {
+      stats_->attempts = launched_;
+      stats_->peak_in_flight = std::max(stats_->peak_in_flight, in_flight_);
+    }
+    if (launched_ > 1 && hedge_.on_hedge) {
+      try {
+        hedge_.on_hedge(hedge_event{launched_, in_flight_, trigger});
+      } catch (...) {
+        // Nothing was sent: the breaker's grant is given back, and the attempt never ran.
+        sl.running = false;
+        sl.cut = hedge_cut::lost;
+        if (sl.grant.gate)
+          sl.grant.gate->on_abandoned(now);
+        sl.grant.gate = nullptr;
+        --in_flight_;
+        finish_thrown(std::current_exception());
+        return;
+      }
+    }
+    if (policy_.attempt_timeout != unlimited) {
+      sl.timer.emplace(strand_);
+      sl.timer->expires_after(
+          std::chrono::ceil<typename timer_type::duration>(policy_.attempt_timeout));
+      sl.timer->async_wait([s = this->shared_from_this(), p = &sl](std::error_code ec) {
+        if (!ec && p->running && p->cut == hedge_cut::none)
+          s->cut_one(*p, hedge_cut::timeout);
+      });
+    }
+    asio::co_spawn(strand_, run_attempt(this->shared_from_this(), &sl),
+                   asio::bind_cancellation_slot(sl.signal.slot(), [](std::exception_ptr) {}));
+    if (hedge_.delay == nanoseconds::zero())
+      try_launch({}); // all at once, up to max_in_flight (each start is posted: no recursion)
+    else if (hedge_.delay != unlimited && launched_ < policy_.max_attempts)
+      arm_hedge_timer(hedge_.delay);
+  }
+
+  static asio::awaitable<void> run_attempt(self_ptr s, slot* sl) {
+    constexpr bool error_as_value = awaitable_traits<op_awaitable_t<Op>>::error_as_value;
+    hedge_outcome<T> out;
+    attempt_context ctx(sl->number);
+    try {
+      if constexpr (error_as_value) {
+        auto r = co_await call_op(s->op(), ctx);
+        out.error = std::get<0>(r);
+        if (!out.error) {
+          if constexpr (std::is_void_v<T>)
+            out.value.emplace();
+          else
+            out.value.emplace(std::move(std::get<1>(r)));
+        }
+      } else if constexpr (std::is_void_v<T>) {
+        co_await call_op(s->op(), ctx);
+        out.value.emplace();
+      } else {
+        out.value.emplace(co_await call_op(s->op(), ctx));
+      }
+    } catch (const std::system_error& e) {
+      out.error = e.code();
+    } catch (...) {
+      out.exception = std::current_exception();
+    }
+    s->attempt_done(*sl, std::move(out));
+  }
+
+  void arm_hedge_timer(nanoseconds d) {
+    hedge_timer_.expires_after(std::chrono::ceil<typename timer_type::duration>(d));
+    hedge_timer_.async_wait(
+        [s = this->shared_from_this(), g = ++hedge_generation_](std::error_code ec) {
+          if (!ec && g == s->hedge_generation_)
+            s->on_hedge_timer();
+        });
+  }
+
+  void on_hedge_timer() {
+    if (finishing_)
+      return;
+    if (pacing_) { // the send token is due: send
+      pacing_ = false;
+      if (may_launch() && in_flight_ < hedge_.max_in_flight)
+        launch(read_clock<clock>(true), std::exchange(pending_trigger_, {}));
+      if (!finishing_ && in_flight_ == 0)
+        stop_launching(launched_ >= policy_.max_attempts ? errc::attempts_exhausted : stop_reason_);
+      return;
+    }
+    try_launch({});
+  }
+
+  void on_deadline() {
+    if (finishing_)
+      return;
+    fail(errc::deadline_exceeded, errc::deadline_exceeded);
+    finishing_ = true;
+    cut_all(hedge_cut::deadline);
+    maybe_complete();
+  }
+
+  /// No further attempt will start, for `why`; when none runs, the operation is over.
+  void stop_launching(errc why) {
+    if (stop_reason_ == errc{})
+      stop_reason_ = why;
+    if (finishing_ || in_flight_ > 0 || pacing_)
+      return;
+    const verdict v =
+        sched_->stop(stop_reason_ == errc{} ? errc::attempts_exhausted : stop_reason_, last_error_);
+    fail(v.stop, v.report);
+    if (!v.report) { // gave up on rejected results: the last one is returned
+      result_.value = std::move(last_rejected_);
+      if (stats_)
+        stats_->winner = rejected_by_;
+    }
+    finish();
+  }
+
+  /// What the operation reports (`report`) and why it stopped (`hedge_stats::reason`).
+  void fail(std::error_code reason, std::error_code report) {
+    result_.error = report;
+    if (stats_)
+      stats_->reason = reason;
+  }
+
+  void finish_thrown(std::exception_ptr e) {
+    result_.value.reset();
+    fail(errc::unexpected_exception, errc::unexpected_exception);
+    if (stats_)
+      stats_->exception = e;
+    result_.exception = std::move(e);
+    finish();
+  }
+
+  void finish_abort() {
+    fail(policy_.cancellation.cancelled() ? std::error_code(errc::cancelled)
+                                          : std::error_code(asio::error::operation_aborted),
+         asio::error::operation_aborted);
+    finish();
+  }
+
+  /// The outcome is in `result_`: cancel everything still running, complete when it returned.
+  void finish() {
+    finishing_ = true;
+    cut_all(hedge_cut::lost);
+    maybe_complete();
+  }
+
+  void cut_one(slot& sl, hedge_cut why) {
+    sl.cut = why;
+    sl.signal.emit(asio::cancellation_type::terminal);
+  }
+
+  void cut_all(hedge_cut why) {
+    std::vector<slot*> running;
+    for (auto& sl : slots_)
+      if (sl->running && sl->cut == hedge_cut::none)
+        running.push_back(sl.get());
+    for (slot* sl : running)
+      sl->cut = why;
+    for (slot* sl : running)
+      if (sl->running)
+        sl->signal.emit(asio::cancellation_type::terminal);
+  }
+
+  void cancel() {
+    if (!started_) {
+      cancel_requested_ = true;
+      return;
+    }
+    if (!finishing_)
+      finish_abort();
+  }
+
+  void maybe_complete() {
+    if (!finishing_ || in_flight_ > 0 || completed_)
+      return;
+    completed_ = true;
+    hedge_timer_.cancel();
+    if (deadline_timer_)
+      deadline_timer_->cancel();
+    policy_.cancellation.detach(*this);
+    if (stats_)
+      stats_->elapsed = read_clock<clock>(true) - start_;
+    auto user_slot = asio::get_associated_cancellation_slot(*handler_);
+    if (user_slot.is_connected())
+      user_slot.clear();
+    auto ex = asio::get_associated_executor(*handler_, executor_);
+    asio::post(ex, [h = std::move(*handler_), r = std::move(result_)]() mutable {
+      Deliver::template deliver<T>(h, r);
+    });
+    handler_.reset();
+  }
+
+  static bool pin_for_group(cancellation_registration& r) noexcept {
+    auto& self = static_cast<hedge_state&>(r);
+    self.pinned_ = self.weak_from_this().lock();
+    return self.pinned_ != nullptr;
+  }
+  // Always a post: the source may be cancelled from a hook running on this very strand.
+  static void notify_from_group(cancellation_registration& r) noexcept {
+    auto& self = static_cast<hedge_state&>(r);
+    self_ptr keep = std::move(self.pinned_);
+    const Strand strand = keep->strand_;
+    asio::post(strand, [s = std::move(keep)] { s->cancel(); });
+  }
+
+  Strand strand_;
+  std::optional<Handler> handler_;
+  Executor executor_;
+  Op op_;
+  retry_policy policy_;
+  hedge_options hedge_;
+  hedge_stats* stats_;
+  std::optional<schedule> sched_; ///< refers to `policy_`
+  timer_type hedge_timer_;        ///< the next hedge, or the send token of a paced one
+  std::optional<timer_type> deadline_timer_;
+  std::vector<std::unique_ptr<slot>> slots_; ///< every attempt started; never shrinks
+  loop_result<T> result_;
+  std::optional<stored_t<T>> last_rejected_; ///< the last result `retry_if_result` rejected
+  std::error_code last_error_;
+  std::error_code pending_trigger_;
+  self_ptr pinned_; ///< between a group's pin and its notice
+  nanoseconds start_{0};
+  unsigned launched_ = 0;
+  unsigned in_flight_ = 0;
+  unsigned rejected_by_ = 0;
+  unsigned hedge_generation_ = 0;
+  errc stop_reason_{};
+  bool started_ = false;
+  bool cancel_requested_ = false;
+  bool finishing_ = false;
+  bool completed_ = false;
+  bool pacing_ = false;
+  bool have_token_ = false;
+};
+
+template <class Timer, class T, class Deliver> struct initiate_hedge {
+  template <class Handler, class Op>
+  void operator()(Handler&& handler, handler_executor, Op op, retry_policy policy,
+                  hedge_options hedge, hedge_stats* stats) const {
+    const auto ex = asio::get_associated_executor(handler);
+    (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), std::move(hedge),
+            stats);
+  }
+
+  template <class Handler, class Executor, class Op>
+  void operator()(Handler&& handler, const Executor& ex, Op op, retry_policy policy,
+                  hedge_options hedge, hedge_stats* stats) const {
+    using handler_type = std::decay_t<Handler>;
+    auto user_slot = asio::get_associated_cancellation_slot(handler);
+    with_serializing_executor(ex, [&](const auto& strand) {
+      using strand_type = std::decay_t<decltype(strand)>;
+      using state_type = hedge_state<Timer, T, Op, strand_type, handler_type, Executor, Deliver>;
+      auto s =
+          std::make_shared<state_type>(strand, std::forward<Handler>(handler), ex, std::move(op),
+                                       std::move(policy), std::move(hedge), stats);
+      s->connect(user_slot);
+      // Never inline: even an operation that ends before its first attempt completes later.
+      asio::post(strand, [s = std::move(s)] { s->start(); });
+    });
+  }
+};
+
+/// hedge_async's body: the initiation itself, awaited.
+template <class Timer, class T, class Op>
+asio::awaitable<T> hedge_entry(Op&& op, retry_policy&& policy, hedge_options&& hedge,
+                               hedge_stats* stats) {
+  check_hedge<T>(policy, hedge);
+  auto a = asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
+      initiate_hedge<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
+      std::move(op), std::move(policy), std::move(hedge), stats);
+  if constexpr (std::is_same_v<delivered_t<T>, T>)
+    return a;
+  else
+    return take_optional<T>(std::move(a));
+}
+
+} // namespace coretry::detail

@@ -1,0 +1,178 @@
+#pragma once
+/// \file
+/// Hedging: `co_await hedge_async(op, policy, hedge)` and
+/// `async_hedge(executor, op, policy, hedge, token)`.
+///
+/// A hedged operation starts one attempt; when no attempt has succeeded `hedge.delay` after the
+/// latest one started, it starts another one beside it, up to `hedge.max_in_flight` running at
+/// once and `policy.max_attempts` in all. The first success wins; every other attempt still
+/// running is then cancelled through Asio per-operation cancellation, and the operation
+/// completes, once, when all of them have returned. A retryable failure starts the next attempt
+/// at once (there is no backoff: the point of hedging is latency); a failure the policy does not
+/// retry ends the operation like a success does. Use it for idempotent calls only: several copies
+/// of the request may reach the upstream, and a cancelled one may already have been served.
+///
+/// **What it takes from `retry_policy`** (the same object a `retry_async` uses, so one policy
+/// can serve both): `max_attempts` (attempts in all, the first included), `deadline` (the whole
+/// operation: at the deadline every attempt is cancelled and it fails with
+/// `errc::deadline_exceeded`), `attempt_timeout` (per attempt: a timed-out attempt is a
+/// retryable failure, `errc::attempt_timeout`), `retry_if` and `retry_if_result` (which failures
+/// are non-fatal), `budget`, `breaker`, `rate_limit`, `throttle_if`, `cancellation`, `report`.
+/// Not used: `backoff`, `seed`, `on_retry` (see `hedge_options::on_hedge`) and server hints
+/// (`attempt_context::retry_after`), since no attempt waits on another.
+///
+/// **Overload controls.** A hedge is a retry for the budget: `budget->on_request` once per
+/// operation, `budget->try_retry` before every attempt but the first (a refusal means no further
+/// attempt; the ones running go on), `on_success`/`on_failure` for each attempt that ended on
+/// its own. The breaker grants every attempt (`try_acquire` before it is sent; a refusal means
+/// it is not sent) and hears exactly one outcome for each: `on_success`, `on_failure` (a
+/// retryable failure, a timeout, an attempt cut by the deadline) or `on_abandoned` (cancelled
+/// because another attempt won or failed for good, or because the caller cancelled). When no
+/// attempt runs any more and none may start, the operation fails as `retry_async` would
+/// (`final_error`): with the last attempt's error, or `circuit_open`, `budget_exhausted`,
+/// `attempts_exhausted`. With a `rate_limit`, every attempt first waits for its send token.
+///
+/// **Operations.** As for `retry_async`: `op()` or `op(attempt_context&)`, returning
+/// `asio::awaitable<T>` (failing by throwing `std::system_error`) or
+/// `asio::awaitable<std::tuple<std::error_code, T>>`. `op` is called once per attempt, and
+/// several of the awaitables it returns run at once (interleaved on one strand: never two at the
+/// same instant), so what they share needs no lock but must allow that interleaving. Every
+/// attempt has returned before the operation completes, so `op` may capture references to the
+/// caller's locals. An attempt that ignores cancellation delays the completion until it returns.
+///
+/// **Cancellation.** Terminal cancellation of the awaiting coroutine, any cancellation type
+/// through the handler's slot (`async_hedge`), and the policy's group token cancel every attempt
+/// running; the operation completes once with `asio::error::operation_aborted` when they have
+/// returned. Cancellation after a winner is known changes nothing: the winner is delivered.
+///
+/// **Threads.** The operation and all its attempts, timers and hooks run on one strand: the
+/// caller's own when its executor is a strand, else a new strand of it. The call may be made
+/// from any thread, and cancellation may come from any thread.
+
+#include <coretry/policy.hpp>
+
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace coretry {
+
+/// Passed to `hedge_options::on_hedge` when an attempt after the first starts.
+struct hedge_event {
+  unsigned attempt = 0;   ///< The attempt starting now, from 2.
+  unsigned in_flight = 0; ///< Attempts running, this one included.
+  /// Why it starts now: empty when `delay` passed; else the retryable error of an attempt that
+  /// just failed (`errc::result_rejected` for a rejected result).
+  std::error_code trigger{};
+};
+
+/// How a hedged operation spreads its attempts. With the defaults, a second attempt starts when
+/// the first has not succeeded within 100 ms, and a third when neither has 100 ms later (with
+/// `retry_policy`'s default of 3 attempts), two at most at once.
+struct hedge_options {
+  /// How long to wait, after an attempt starts, before starting the next one while none has
+  /// succeeded. Set it near the upstream's usual high percentile of latency (p95, say): lower,
+  /// and most calls are sent twice. Zero starts `max_in_flight` attempts at once;
+  /// `coretry::unlimited` starts a new one only when one fails. Must not be negative.
+  nanoseconds delay = std::chrono::milliseconds(100);
+  /// Attempts running at once, the first included. A hedge due while this many run starts when
+  /// one of them fails. At least 1 (1: attempts never overlap, and the next one starts as soon
+  /// as the running one fails: a retry without backoff).
+  unsigned max_in_flight = 2;
+  /// Called when an attempt after the first starts, on the operation's strand. A hook that
+  /// throws ends the operation with `errc::unexpected_exception`.
+  std::function<void(const hedge_event&)> on_hedge{};
+
+  /// Throws `std::invalid_argument` naming the field and its value when out of range.
+  void validate() const {
+    if (delay < nanoseconds::zero())
+      throw std::invalid_argument("coretry::hedge_options: delay must not be negative, got " +
+                                  std::to_string(delay.count()) + " ns");
+    if (max_in_flight == 0)
+      throw std::invalid_argument(
+          "coretry::hedge_options: max_in_flight must be at least 1, got 0");
+  }
+};
+
+/// What one hedged operation did; final when it completes.
+struct hedge_stats {
+  unsigned attempts = 0;  ///< Attempts started (one the policy refused is not one).
+  unsigned abandoned = 0; ///< Attempts cancelled because the operation ended otherwise.
+  unsigned winner = 0;    ///< The attempt whose result was delivered, from 1; 0 if none.
+  unsigned peak_in_flight = 0;
+  nanoseconds elapsed{0};       ///< From the start of the operation to its completion.
+  std::error_code last_error{}; ///< The last error of an attempt that ended on its own.
+  /// Why it stopped, as `retry_stats::reason`: empty on success; an `errc` when the policy
+  /// gave up; a non-retryable attempt error; `errc::cancelled` or
+  /// `asio::error::operation_aborted` when cancelled; `errc::unexpected_exception`.
+  std::error_code reason{};
+  std::exception_ptr exception{}; ///< What was thrown, when `reason` says so.
+};
+
+} // namespace coretry
+
+// The machinery needs the types above.
+#include <coretry/detail/hedge_op.hpp>
+
+namespace coretry {
+
+/// Runs `op` hedged under `policy` and `hedge`, from inside a coroutine.
+///
+/// \returns the first accepted result; when every attempt's result was rejected
+/// (`retry_policy::retry_if_result`) and none may start, the last one.
+/// \throws std::invalid_argument at the call when `policy`, `hedge` or the policy's result
+/// predicate is invalid; std::system_error with the final error, or
+/// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself.
+template <class Timer = asio::steady_timer, class Op>
+asio::awaitable<detail::op_result_t<Op>> hedge_async(Op op, retry_policy policy,
+                                                     hedge_options hedge = {}) {
+  return detail::hedge_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
+                                                             std::move(hedge), nullptr);
+}
+
+/// As above, and fills `stats`, which must outlive the operation.
+template <class Timer = asio::steady_timer, class Op>
+asio::awaitable<detail::op_result_t<Op>> hedge_async(Op op, retry_policy policy,
+                                                     hedge_options hedge, hedge_stats& stats) {
+  return detail::hedge_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
+                                                             std::move(hedge), &stats);
+}
+
+/// Runs `op` hedged on `executor`, reporting through any completion token.
+///
+/// Completion signature: as `async_retry`'s, `void(std::error_code, T)` (`void(std::error_code)`
+/// for `void`, `std::optional<T>` when `T` is not default constructible). The handler is called
+/// exactly once, through its associated executor (by default `executor`), never from inside
+/// this call, after every attempt has returned; destroyed uncalled if the execution context is
+/// destroyed first. Cancellation: any type, through the handler's slot, and the group token.
+/// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+auto async_hedge(const Executor& executor, Op op, retry_policy policy, hedge_options hedge,
+                 CompletionToken&& token) {
+  using value_type = detail::op_result_t<Op>;
+  detail::check_hedge<value_type>(policy, hedge);
+  return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
+      detail::initiate_hedge<Timer, value_type, detail::deliver_error_code>{}, token, executor,
+      std::move(op), std::move(policy), std::move(hedge), static_cast<hedge_stats*>(nullptr));
+}
+
+/// As above, and fills `stats`, which must outlive the operation.
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+auto async_hedge(const Executor& executor, Op op, retry_policy policy, hedge_options hedge,
+                 hedge_stats& stats, CompletionToken&& token) {
+  using value_type = detail::op_result_t<Op>;
+  detail::check_hedge<value_type>(policy, hedge);
+  return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
+      detail::initiate_hedge<Timer, value_type, detail::deliver_error_code>{}, token, executor,
+      std::move(op), std::move(policy), std::move(hedge), &stats);
+}
+
+} // namespace coretry
