@@ -58,12 +58,39 @@ public:
       }
     }
     // Outside the lock: a notice may run arbitrary executor code, including, on an inline
-    // executor, an operation that completes and unlinks itself from this very source.
+    // executor, an operation that completes and unlinks itself from this very source. Links that
+    // allow it are gathered per (context, kind) into one chain each and notified with one
+    // handler; a source rarely serves more than a few contexts, and past `max_batches` of them
+    // the rest are notified one by one (no allocation here: cancel() cannot fail).
+    struct batch {
+      const void* key;
+      void (*notify)(cancellation_registration*) noexcept;
+      cancellation_registration* head;
+    };
+    constexpr int max_batches = 8;
+    batch batches[max_batches];
+    int n = 0;
     while (cancellation_registration* r = pinned) {
       pinned = r->next;
       r->next = nullptr;
+      if (r->batch_key && r->notify_batch) {
+        int i = 0;
+        while (i < n && (batches[i].key != r->batch_key || batches[i].notify != r->notify_batch))
+          ++i;
+        if (i < n) {
+          r->next = batches[i].head;
+          batches[i].head = r;
+          continue;
+        }
+        if (n < max_batches) {
+          batches[n++] = {r->batch_key, r->notify_batch, r};
+          continue;
+        }
+      }
       r->notify(*r);
     }
+    for (int i = 0; i < n; ++i)
+      batches[i].notify(batches[i].head);
     return true;
   }
 

@@ -249,3 +249,48 @@ TEST_CASE(
   CHECK(ec == coretry::errc::unexpected_exception);
   CHECK(calls == 1);
 }
+
+TEST_CASE("a group cancel over many contexts reaches each once, and one that dies drops its "
+          "notices") {
+  // More contexts than the source gathers into batches (the rest are notified one by one),
+  // operations both sleeping and in an attempt, the cancel from another thread, and the first
+  // context destroyed with its notices still queued.
+  constexpr int contexts = 11;
+  constexpr int per_context = 4;
+  coretry::cancellation_source source;
+  std::vector<std::unique_ptr<asio::io_context>> ios;
+  std::vector<tracked_handler> handlers;
+  for (int c = 0; c < contexts; ++c) {
+    ios.push_back(std::make_unique<asio::io_context>());
+    for (int i = 0; i < per_context; ++i) {
+      retry_policy policy{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+      policy.cancellation = source.token();
+      handlers.push_back(make_tracked());
+      if (i % 2 == 0)
+        coretry::async_retry(ios.back()->get_executor(), hang_on_steady_timer, policy,
+                             handlers.back());
+      else
+        coretry::async_retry(
+            ios.back()->get_executor(),
+            []() -> asio::awaitable<int> {
+              throw std::system_error(refused);
+              co_return 0;
+            },
+            policy, handlers.back());
+    }
+    ios.back()->poll(); // each operation is in its attempt or asleep
+  }
+  std::thread([&] { CHECK(source.cancel()); }).join();
+  ios.front().reset(); // its notices and operations are destroyed, uncalled
+  for (int c = 1; c < contexts; ++c)
+    ios[static_cast<std::size_t>(c)]->run();
+  for (std::size_t k = 0; k < handlers.size(); ++k) {
+    CHECK(handlers[k].alive.use_count() == 1);
+    if (k < per_context) {
+      CHECK(handlers[k].calls->load() == 0);
+    } else {
+      CHECK(handlers[k].calls->load() == 1);
+      CHECK(*handlers[k].error == asio::error::operation_aborted);
+    }
+  }
+}

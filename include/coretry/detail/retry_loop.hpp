@@ -13,6 +13,8 @@
 #include <coretry/policy.hpp>
 
 #include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/error.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
@@ -143,10 +145,17 @@ template <class Clock> struct gate_grant {
   }
 };
 
+/// Tells the operation's state that the loop sleeps on a timer, until the sleep ends or the
+/// frame is destroyed in it.
+template <class Control> struct sleep_guard {
+  Control* control;
+  ~sleep_guard() { control->woke(); }
+};
+
 /// `Control` is `std::nullptr_t` on the plain paths, or a pointer to the operation's state
 /// (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
 /// `start_attempt(limit)`, `end_attempt()` (true when the attempt timer cut the attempt),
-/// `disarm()`.
+/// `sleep_on(timer)` and `woke()` (a cancellation meanwhile cancels the timer), `disarm()`.
 template <class Timer, class T, bool Throwing, class Op, class Control>
 asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
 retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
@@ -172,7 +181,12 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
   if (policy.budget)
     policy.budget->on_request(start);
 
-  for (asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;;) {
+  // The plain paths read the awaiting coroutine's cancellation; the controlled one is told
+  // (`control->cancelled`), and spends no frame room on this.
+  asio::cancellation_state cs;
+  if constexpr (!controlled)
+    cs = co_await asio::this_coro::cancellation_state;
+  for (;;) {
     // Cancelled by the group, the caller's slot, or (plain path) the awaiting coroutine.
     bool cancelled = !armed || policy.cancellation.cancelled();
     if constexpr (controlled)
@@ -242,7 +256,6 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
         if (control->end_attempt()) {
           // The attempt timer's emit marked this coroutine cancelled: clear that before awaiting.
           co_await asio::this_coro::reset_cancellation_state();
-          cs = co_await asio::this_coro::cancellation_state;
           if (!result.value) {
             cut = by_deadline;
             result.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
@@ -318,12 +331,28 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
         // An expired timer would cost a timerfd round trip; a post yields just as well.
         co_await asio::post(asio::use_awaitable);
       } else {
-        if (!sleep_timer)
-          sleep_timer.emplace(co_await asio::this_coro::executor);
+        if (!sleep_timer) {
+          if constexpr (controlled)
+            sleep_timer.emplace(control->strand); // the loop's executor: no awaiter in the frame
+          else
+            sleep_timer.emplace(co_await asio::this_coro::executor);
+        }
         sleep_timer->expires_after(std::chrono::ceil<typename clock::duration>(v.delay));
-        auto [ec] =
-            co_await sleep_timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-        (void)ec; // a cancelled sleep is seen at the top of the loop
+        if constexpr (controlled) {
+          // Not bound to the coroutine's slot: the state cancels the timer itself (retry_op.hpp).
+          if (control->sleep_on(*sleep_timer)) {
+            sleep_guard<std::remove_pointer_t<Control>> guard{control};
+            auto [ec] = co_await sleep_timer->async_wait(asio::bind_cancellation_slot(
+                asio::cancellation_slot(), asio::experimental::as_tuple(asio::use_awaitable)));
+            (void)ec; // a cancelled sleep is seen at the top of the loop
+          } else {
+            control->woke();
+          }
+        } else {
+          auto [ec] =
+              co_await sleep_timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+          (void)ec; // a cancelled sleep is seen at the top of the loop
+        }
       }
     } catch (const std::system_error&) {
       // Awaiting in a coroutine already cancelled throws; the top of the loop sees why.

@@ -26,8 +26,10 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/dispatch.hpp>
+#include <asio/execution/context.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/query.hpp>
 #include <asio/strand.hpp>
 #include <asio/thread_pool.hpp>
 
@@ -148,6 +150,11 @@ template <class Executor, class F> void with_serializing_executor(const Executor
 
 /// Shared by the loop, its attempt timer's handler, the caller's slot handler and a group
 /// source. Every member but the registration links is touched only on `strand`.
+///
+/// A cancellation reaches the loop in one of two ways: while it sleeps, by cancelling its sleep
+/// timer (the sleep is not bound to the coroutine's cancellation slot, so a sleeping operation
+/// holds no cancellation handler and a cancel-all costs no emit through co_spawn's slots); in an
+/// attempt, by a terminal emit on `signal`, which co_spawn bound to the loop.
 template <class Strand, class Timer>
 struct op_state final : cancellation_registration,
                         std::enable_shared_from_this<op_state<Strand, Timer>> {
@@ -155,6 +162,8 @@ struct op_state final : cancellation_registration,
       : strand(std::move(s)), token(std::move(t)), timed(timed_attempts) {
     pin = &op_state::pin_for_group;
     notify = &op_state::notify_from_group;
+    batch_key = &asio::query(strand.get_inner_executor(), asio::execution::context);
+    notify_batch = &op_state::notify_group_batch;
   }
   ~op_state() { token.detach(*this); }
   op_state(const op_state&) = delete;
@@ -174,11 +183,18 @@ struct op_state final : cancellation_registration,
     armed = false;
     token.detach(*this);
   }
+  /// The loop is about to sleep on `t`: a cancellation now cancels `t`. False when cancelled.
+  bool sleep_on(Timer& t) noexcept {
+    sleeper = &t;
+    return !cancelled;
+  }
+  /// The sleep ended (or its frame is going away).
+  void woke() noexcept { sleeper = nullptr; }
   void start_attempt(nanoseconds limit) {
     if (!timed)
       return;
     if (!attempt_timer)
-      attempt_timer.emplace(strand.get_inner_executor());
+      attempt_timer = std::make_unique<attempt_timer_type>(strand.get_inner_executor());
     attempt_timer->expires_after(std::chrono::ceil<typename Timer::duration>(limit));
     attempt_timer->async_wait(timeout_handler{this->shared_from_this(), ++generation});
     in_attempt = true;
@@ -208,7 +224,11 @@ private:
     if (cancelled)
       return;
     cancelled = true;
-    if (armed)
+    if (!armed)
+      return;
+    if (sleeper)
+      sleeper->cancel();
+    else
       signal.emit(asio::cancellation_type::terminal);
   }
   void time_out(unsigned g) {
@@ -245,13 +265,47 @@ private:
     asio::post(strand, [s = std::move(keep)] { s->cancel(); });
   }
 
+  /// The notices of every operation of this type on one execution context, as one handler
+  /// posted to that context. Each notice then enters its operation's strand by `dispatch`: from
+  /// a thread of that context, a strand that is not busy elsewhere runs it at once, without a
+  /// trip through the scheduler. The chain owns the pins: whatever is left of it when the
+  /// handler is destroyed uncalled (its context is going away) is only unpinned.
+  struct group_batch {
+    cancellation_registration* head;
+    explicit group_batch(cancellation_registration* h) noexcept : head(h) {}
+    group_batch(group_batch&& o) noexcept : head(std::exchange(o.head, nullptr)) {}
+    group_batch& operator=(group_batch&&) = delete;
+    ~group_batch() {
+      while (head)
+        take().reset();
+    }
+    std::shared_ptr<op_state> take() noexcept {
+      auto& self = static_cast<op_state&>(*std::exchange(head, head->next));
+      self.next = nullptr;
+      return std::move(self.pinned);
+    }
+    void operator()() {
+      while (head) {
+        std::shared_ptr<op_state> s = take();
+        const Strand strand = s->strand;
+        asio::dispatch(strand, [s = std::move(s)] { s->cancel(); });
+      }
+    }
+  };
+  static void notify_group_batch(cancellation_registration* first) noexcept {
+    auto& self = static_cast<op_state&>(*first);
+    const auto inner = self.strand.get_inner_executor();
+    asio::post(inner, group_batch(first));
+  }
+
   using attempt_timer_type =
       typename Timer::template rebind_executor<typename Strand::inner_executor_type>::other;
 
   cancellation_token token;
-  std::optional<attempt_timer_type> attempt_timer;
-  std::shared_ptr<op_state> pinned; ///< between a group's pin and its notice
-  unsigned generation = 0;          ///< of the timed attempt in flight
+  std::unique_ptr<attempt_timer_type> attempt_timer; ///< made at the first timed attempt
+  Timer* sleeper = nullptr;                          ///< the loop's sleep timer, while it sleeps
+  std::shared_ptr<op_state> pinned;                  ///< between a group's pin and its notice
+  unsigned generation = 0;                           ///< of the timed attempt in flight
   bool timed;
   bool armed = false;
   bool in_attempt = false;
