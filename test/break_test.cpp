@@ -209,7 +209,8 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
           auto f = coretry::async_retry(io.get_executor(), op, policy(), asio::use_future);
           CHECK_NOTHROW(io.run());
           io.restart();
-          REQUIRE(f.wait_for(0s) == std::future_status::ready);
+          // use_future completes through the system executor: maybe on another thread, later.
+          REQUIRE(f.wait_for(10s) == std::future_status::ready);
           CHECK_THROWS_AS(f.get(), std::system_error);
         }
         // 3. bound slot (always controlled).
@@ -575,7 +576,7 @@ TEST_CASE("break: a source cancelled on one thread while another destroys an io_
   retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
   p.cancellation = source.token();
   asio::io_context big;
-  constexpr int big_ops = 20000;
+  constexpr int big_ops = 4000;
   int big_calls = 0;
   for (int i = 0; i < big_ops; ++i)
     coretry::async_retry(big.get_executor(), fail_now, p, [&](std::error_code, int) { ++big_calls; });
