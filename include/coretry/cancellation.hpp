@@ -10,17 +10,18 @@ namespace detail {
 class cancellation_state;
 
 /// A link in a source's list of operations to notify, owned by the operation. `cancel()` takes
-/// the list under the source's lock, calling `pin` on each link there: `pin` must keep the
-/// operation alive until `notify` has run, or return false when the operation is already being
-/// destroyed (it then gets no notice). After the lock is released, `notify` runs once for each
-/// pinned link, on the cancelling thread; it must hand the work to the operation's executor and
-/// drop the pin. An owner unlinks its registration (`cancellation_token::detach`) before it dies.
+/// the list under the source's lock and marks each link `notifying` there; after the lock is
+/// released it calls `notify` once for each, on the cancelling thread (it must hand the work to
+/// the operation's executor without keeping the operation alive, and must not run it inline),
+/// then clears `notifying` under the lock. `cancellation_token::detach` waits for a notice in
+/// progress: an owner that unlinks itself before it dies (it must) is never notified after its
+/// death, and nothing of it (its strand, its executor) outlives it because of a cancel().
 struct cancellation_registration {
   cancellation_registration* prev = nullptr;
   cancellation_registration* next = nullptr;
-  bool (*pin)(cancellation_registration&) noexcept = nullptr;
   void (*notify)(cancellation_registration&) noexcept = nullptr;
   bool linked = false;
+  bool notifying = false;
 };
 } // namespace detail
 

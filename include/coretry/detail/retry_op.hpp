@@ -153,7 +153,6 @@ struct op_state final : cancellation_registration,
                         std::enable_shared_from_this<op_state<Strand, Timer>> {
   op_state(Strand s, cancellation_token t, bool timed_attempts)
       : strand(std::move(s)), token(std::move(t)), timed(timed_attempts) {
-    pin = &op_state::pin_for_group;
     notify = &op_state::notify_from_group;
   }
   ~op_state() { token.detach(*this); }
@@ -232,17 +231,15 @@ private:
     }
   };
 
-  static bool pin_for_group(cancellation_registration& r) noexcept {
-    auto& self = static_cast<op_state&>(r);
-    self.pinned = self.weak_from_this().lock();
-    return self.pinned != nullptr;
-  }
-  // Always a post: the source may be cancelled from a hook running on this very strand.
+  // Always a post: the source may be cancelled from a hook running on this very strand. Weak:
+  // a notice never keeps the state (and its strand) alive past its execution context; the
+  // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<op_state&>(r);
-    std::shared_ptr<op_state> keep = std::move(self.pinned);
-    const Strand strand = keep->strand;
-    asio::post(strand, [s = std::move(keep)] { s->cancel(); });
+    asio::post(self.strand, [w = self.weak_from_this()] {
+      if (auto s = w.lock())
+        s->cancel();
+    });
   }
 
   using attempt_timer_type =
@@ -250,7 +247,6 @@ private:
 
   cancellation_token token;
   std::optional<attempt_timer_type> attempt_timer;
-  std::shared_ptr<op_state> pinned; ///< between a group's pin and its notice
   unsigned generation = 0;          ///< of the timed attempt in flight
   bool timed;
   bool armed = false;
