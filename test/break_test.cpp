@@ -203,7 +203,10 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
             CHECK(ec == coretry::errc::unexpected_exception);
           }
         }
-        // 2. use_future.
+        // 2. use_future. Not under TSan: the future's exception_ptr is released on Asio's system
+        // thread, with reference counts TSan cannot see (see test/tsan.supp), and that thread
+        // cannot be joined.
+#if !defined(__SANITIZE_THREAD__)
         {
           front_op op{where, sys};
           auto f = coretry::async_retry(io.get_executor(), op, policy(), asio::use_future);
@@ -213,6 +216,7 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
           REQUIRE(f.wait_for(10s) == std::future_status::ready);
           CHECK_THROWS_AS(f.get(), std::system_error);
         }
+#endif
         // 3. bound slot (always controlled).
         {
           front_op op{where, sys};
@@ -239,6 +243,7 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
           asio::co_spawn(
               io,
               [&]() -> asio::awaitable<void> {
+                *op.calls = 0; // each front end: a first attempt that fails
                 try {
                   co_await coretry::async_retry(co_await asio::this_coro::executor, op, policy(),
                                                 asio::use_awaitable);
@@ -248,12 +253,14 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
                   threw.push_back(true);
                 }
                 ++n;
+                *op.calls = 0;
                 auto [e2, v2] = co_await coretry::async_retry(
                     co_await asio::this_coro::executor, op, policy(),
                     asio::experimental::as_tuple(asio::use_awaitable));
                 (void)v2;
                 codes.push_back(e2);
                 ++n;
+                *op.calls = 0;
                 try {
                   co_await coretry::retry_async(op, policy());
                   threw.push_back(false);
@@ -266,6 +273,7 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
                 // Asio 1.22's `||` waits for the first *success*: a retry_async that throws
                 // lets the timer win; it must not hang or throw out of the group.
                 asio::steady_timer t(co_await asio::this_coro::executor, 5ms);
+                *op.calls = 0;
                 try {
                   auto r = co_await (coretry::retry_async(op, policy()) ||
                                      t.async_wait(asio::use_awaitable));
@@ -596,3 +604,4 @@ TEST_CASE("break: a source cancelled on one thread while another destroys an io_
   big.run();
   CHECK(big_calls == big_ops);
 }
+
