@@ -605,3 +605,23 @@ TEST_CASE("break: a source cancelled on one thread while another destroys an io_
   CHECK(big_calls == big_ops);
 }
 
+// --- use_future completes on the system executor ----------------------------------------------
+
+// Was: heap-use-after-free (ASan) in ~op_state on an asio system thread: the completion carried
+// the operation's state (strand, attempt timer) to use_future's executor, where it was released
+// after run() had returned and the io_context had been destroyed.
+TEST_CASE("break: use_future on the controlled path, the io_context destroyed right after run()") {
+  for (int i = 0; i < 200; ++i) {
+    std::future<int> f;
+    {
+      asio::io_context io;
+      retry_policy p{.max_attempts = 1, .deadline = 1h};
+      f = coretry::async_retry(
+          io.get_executor(), []() -> asio::awaitable<int> { co_return 3; }, p, asio::use_future);
+      io.run();
+    }
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    std::this_thread::sleep_for(std::chrono::microseconds(50)); // the system thread lets go
+    CHECK(f.get() == 3);
+  }
+}

@@ -143,8 +143,8 @@ template <class Clock> struct gate_grant {
   }
 };
 
-/// `Control` is `std::nullptr_t` on the plain paths, or a pointer to the operation's state
-/// (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
+/// `Control` is `std::nullptr_t` on the plain paths, or the `shared_ptr` owning the operation's
+/// state (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
 /// `start_attempt(limit)`, `end_attempt()` (true when the attempt timer cut the attempt),
 /// `disarm()`.
 template <class Timer, class T, bool Throwing, class Op, class Control>

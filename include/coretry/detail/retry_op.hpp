@@ -254,11 +254,19 @@ private:
   bool timed_out = false;
 };
 
+/// The completion co_spawn calls. It never owns the operation's state: the loop's frame does, so
+/// that the state (its strand, its attempt timer) dies on the operation's side, never on the
+/// handler's executor (`use_future`'s runs on the system executor, possibly after the
+/// operation's io_context is gone).
 template <class T, class Handler, class State, class Executor, class Deliver>
 class retry_completion {
 public:
-  retry_completion(Handler h, std::shared_ptr<State> s, Executor ex)
-      : handler_(std::move(h)), state_(std::move(s)), executor_(std::move(ex)) {}
+  retry_completion(Handler h, State* s, Executor ex)
+      : handler_(std::move(h)), executor_(std::move(ex)) {
+    if constexpr (!std::is_void_v<State>)
+      if (s)
+        slot_ = s->signal.slot(); // read once, by co_spawn's initiation, while the state lives
+  }
 
   using executor_type = asio::associated_executor_t<Handler, Executor>;
   executor_type get_executor() const noexcept {
@@ -267,12 +275,7 @@ public:
   using allocator_type = asio::associated_allocator_t<Handler>;
   allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(handler_); }
   using cancellation_slot_type = asio::cancellation_slot;
-  cancellation_slot_type get_cancellation_slot() const noexcept {
-    if constexpr (std::is_void_v<State>)
-      return {};
-    else
-      return state_ ? state_->signal.slot() : asio::cancellation_slot();
-  }
+  cancellation_slot_type get_cancellation_slot() const noexcept { return slot_; }
 
   void operator()(std::exception_ptr e, loop_result<T> r) {
     absorb(r, std::move(e));
@@ -280,14 +283,13 @@ public:
       auto user_slot = asio::get_associated_cancellation_slot(handler_);
       if (user_slot.is_connected())
         user_slot.clear();
-      state_.reset();
     }
     Deliver::template deliver<T>(handler_, r);
   }
 
 private:
   Handler handler_;
-  std::shared_ptr<State> state_;
+  asio::cancellation_slot slot_;
   Executor executor_;
 };
 
@@ -336,11 +338,12 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
           s->cancel_on_strand();
       });
     }
+    // The loop's frame owns the state (see retry_completion).
     state_type* control = state.get();
-    asio::co_spawn(strand,
-                   retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, control),
+    auto loop = retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, std::move(state));
+    asio::co_spawn(strand, std::move(loop),
                    retry_completion<T, handler_type, state_type, Executor, Deliver>(
-                       std::forward<Handler>(handler), std::move(state), ex));
+                       std::forward<Handler>(handler), control, ex));
   }
 };
 
