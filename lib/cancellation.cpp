@@ -1,6 +1,7 @@
 #include <coretry/cancellation.hpp>
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 
 namespace coretry {
@@ -24,7 +25,9 @@ public:
   }
 
   void detach(cancellation_registration& r) noexcept {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    // A notice in progress reads `r` (and posts to its executor): its owner must not die first.
+    done_.wait(lock, [&] { return !r.notifying; });
     if (!r.linked)
       return;
     if (r.prev)
@@ -37,65 +40,42 @@ public:
   }
 
   bool cancel() noexcept {
-    cancellation_registration* pinned = nullptr;
+    cancellation_registration* taken = nullptr;
     {
       std::lock_guard lock(mutex_);
       if (cancelled())
         return false;
       cancelled_.store(true, std::memory_order_release);
-      // Take the whole list. A link whose owner is being destroyed fails to pin (its destructor
-      // is waiting for this lock to unlink it) and is only marked unlinked; the others are kept
-      // alive by their pin and chained through `next` for the notices below.
+      // Take the whole list, oldest link first. Nothing keeps an operation alive: an owner
+      // that dies meanwhile waits in detach() until its notice has been sent.
       while (cancellation_registration* r = head_) {
         head_ = r->next;
         r->linked = false;
         r->prev = nullptr;
-        r->next = nullptr;
-        if (r->pin(*r)) {
-          r->next = pinned;
-          pinned = r;
-        }
+        r->notifying = true;
+        r->next = taken;
+        taken = r;
       }
     }
-    // Outside the lock: a notice may run arbitrary executor code, including, on an inline
-    // executor, an operation that completes and unlinks itself from this very source. Links that
-    // allow it are gathered per (context, kind) into one chain each and notified with one
-    // handler; a source rarely serves more than a few contexts, and past `max_batches` of them
-    // the rest are notified one by one (no allocation here: cancel() cannot fail).
-    struct batch {
-      const void* key;
-      void (*notify)(cancellation_registration*) noexcept;
-      cancellation_registration* head;
-    };
-    constexpr int max_batches = 8;
-    batch batches[max_batches];
-    int n = 0;
-    while (cancellation_registration* r = pinned) {
-      pinned = r->next;
+    // Outside the lock: a notice posts to the operation's executor, which takes that
+    // executor's own locks. It never runs the operation inline (its unlink would wait for
+    // this very notice).
+    while (cancellation_registration* r = taken) {
+      taken = r->next;
       r->next = nullptr;
-      if (r->batch_key && r->notify_batch) {
-        int i = 0;
-        while (i < n && (batches[i].key != r->batch_key || batches[i].notify != r->notify_batch))
-          ++i;
-        if (i < n) {
-          r->next = batches[i].head;
-          batches[i].head = r;
-          continue;
-        }
-        if (n < max_batches) {
-          batches[n++] = {r->batch_key, r->notify_batch, r};
-          continue;
-        }
-      }
       r->notify(*r);
+      {
+        std::lock_guard lock(mutex_);
+        r->notifying = false; // from here on, `r` may be destroyed by its owner
+      }
+      done_.notify_all();
     }
-    for (int i = 0; i < n; ++i)
-      batches[i].notify(batches[i].head);
     return true;
   }
 
 private:
   mutable std::mutex mutex_;
+  std::condition_variable done_; ///< a notice ended (`notifying` cleared)
   std::atomic<bool> cancelled_{false};
   cancellation_registration* head_ = nullptr;
 };

@@ -10,26 +10,18 @@ namespace detail {
 class cancellation_state;
 
 /// A link in a source's list of operations to notify, owned by the operation. `cancel()` takes
-/// the list under the source's lock, calling `pin` on each link there: `pin` must keep the
-/// operation alive until `notify` has run, or return false when the operation is already being
-/// destroyed (it then gets no notice). After the lock is released, `notify` runs once for each
-/// pinned link, on the cancelling thread; it must hand the work to the operation's executor and
-/// drop the pin. An owner unlinks its registration (`cancellation_token::detach`) before it dies.
-///
-/// Batching (optional): a link that sets `batch_key` (the execution context its notice runs on)
-/// and `notify_batch` may be notified together with every other pinned link of the same key and
-/// the same `notify_batch`: `cancel()` chains them through `next` and calls `notify_batch` once
-/// with the first, which must hand one handler for the whole chain to that context (and drop
-/// every pin, whether the handler runs or is destroyed uncalled). A million operations on one
-/// `io_context` then cost one post, not a million.
+/// the list under the source's lock and marks each link `notifying` there; after the lock is
+/// released it calls `notify` once for each, on the cancelling thread (it must hand the work to
+/// the operation's executor without keeping the operation alive, and must not run it inline),
+/// then clears `notifying` under the lock. `cancellation_token::detach` waits for a notice in
+/// progress: an owner that unlinks itself before it dies (it must) is never notified after its
+/// death, and nothing of it (its strand, its executor) outlives it because of a cancel().
 struct cancellation_registration {
   cancellation_registration* prev = nullptr;
   cancellation_registration* next = nullptr;
-  bool (*pin)(cancellation_registration&) noexcept = nullptr;
   void (*notify)(cancellation_registration&) noexcept = nullptr;
-  const void* batch_key = nullptr;
-  void (*notify_batch)(cancellation_registration* first) noexcept = nullptr;
   bool linked = false;
+  bool notifying = false;
 };
 } // namespace detail
 
@@ -52,8 +44,8 @@ public:
 
   /// Requests cancellation of every operation registered now or later. Returns true for the call
   /// that made the request, false if the source was already cancelled. Never blocks on an
-  /// operation and calls none of them under its lock: the operations are notified by handlers
-  /// posted to their own executors, one handler per execution context for those that allow it. A source may outlive the operations and the execution contexts that used it.
+  /// operation and calls none of them under its lock: each is notified by a handler posted to its
+  /// own executor. A source may outlive the operations and the execution contexts that used it.
   bool cancel() noexcept;
 
   bool cancelled() const noexcept;

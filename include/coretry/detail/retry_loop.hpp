@@ -148,12 +148,12 @@ template <class Clock> struct gate_grant {
 /// Tells the operation's state that the loop sleeps on a timer, until the sleep ends or the
 /// frame is destroyed in it.
 template <class Control> struct sleep_guard {
-  Control* control;
+  const Control& control;
   ~sleep_guard() { control->woke(); }
 };
 
-/// `Control` is `std::nullptr_t` on the plain paths, or a pointer to the operation's state
-/// (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
+/// `Control` is `std::nullptr_t` on the plain paths, or the `shared_ptr` owning the operation's
+/// state (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
 /// `start_attempt(limit)`, `end_attempt()` (true when the attempt timer cut the attempt),
 /// `sleep_on(timer)` and `woke()` (a cancellation meanwhile cancels the timer), `disarm()`.
 template <class Timer, class T, bool Throwing, class Op, class Control>
@@ -341,7 +341,7 @@ retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
         if constexpr (controlled) {
           // Not bound to the coroutine's slot: the state cancels the timer itself (retry_op.hpp).
           if (control->sleep_on(*sleep_timer)) {
-            sleep_guard<std::remove_pointer_t<Control>> guard{control};
+            sleep_guard<Control> guard{control};
             auto [ec] = co_await sleep_timer->async_wait(asio::bind_cancellation_slot(
                 asio::cancellation_slot(), asio::experimental::as_tuple(asio::use_awaitable)));
             (void)ec; // a cancelled sleep is seen at the top of the loop

@@ -160,10 +160,7 @@ struct op_state final : cancellation_registration,
                         std::enable_shared_from_this<op_state<Strand, Timer>> {
   op_state(Strand s, cancellation_token t, bool timed_attempts)
       : strand(std::move(s)), token(std::move(t)), timed(timed_attempts) {
-    pin = &op_state::pin_for_group;
     notify = &op_state::notify_from_group;
-    batch_key = &asio::query(strand.get_inner_executor(), asio::execution::context);
-    notify_batch = &op_state::notify_group_batch;
   }
   ~op_state() { token.detach(*this); }
   op_state(const op_state&) = delete;
@@ -252,50 +249,15 @@ private:
     }
   };
 
-  static bool pin_for_group(cancellation_registration& r) noexcept {
-    auto& self = static_cast<op_state&>(r);
-    self.pinned = self.weak_from_this().lock();
-    return self.pinned != nullptr;
-  }
-  // Always a post: the source may be cancelled from a hook running on this very strand.
+  // Always a post: the source may be cancelled from a hook running on this very strand. Weak:
+  // a notice never keeps the state (and its strand) alive past its execution context; the
+  // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<op_state&>(r);
-    std::shared_ptr<op_state> keep = std::move(self.pinned);
-    const Strand strand = keep->strand;
-    asio::post(strand, [s = std::move(keep)] { s->cancel(); });
-  }
-
-  /// The notices of every operation of this type on one execution context, as one handler
-  /// posted to that context. Each notice then enters its operation's strand by `dispatch`: from
-  /// a thread of that context, a strand that is not busy elsewhere runs it at once, without a
-  /// trip through the scheduler. The chain owns the pins: whatever is left of it when the
-  /// handler is destroyed uncalled (its context is going away) is only unpinned.
-  struct group_batch {
-    cancellation_registration* head;
-    explicit group_batch(cancellation_registration* h) noexcept : head(h) {}
-    group_batch(group_batch&& o) noexcept : head(std::exchange(o.head, nullptr)) {}
-    group_batch& operator=(group_batch&&) = delete;
-    ~group_batch() {
-      while (head)
-        take().reset();
-    }
-    std::shared_ptr<op_state> take() noexcept {
-      auto& self = static_cast<op_state&>(*std::exchange(head, head->next));
-      self.next = nullptr;
-      return std::move(self.pinned);
-    }
-    void operator()() {
-      while (head) {
-        std::shared_ptr<op_state> s = take();
-        const Strand strand = s->strand;
-        asio::dispatch(strand, [s = std::move(s)] { s->cancel(); });
-      }
-    }
-  };
-  static void notify_group_batch(cancellation_registration* first) noexcept {
-    auto& self = static_cast<op_state&>(*first);
-    const auto inner = self.strand.get_inner_executor();
-    asio::post(inner, group_batch(first));
+    asio::post(self.strand, [w = self.weak_from_this()] {
+      if (auto s = w.lock())
+        s->cancel();
+    });
   }
 
   using attempt_timer_type =
@@ -304,7 +266,6 @@ private:
   cancellation_token token;
   std::unique_ptr<attempt_timer_type> attempt_timer; ///< made at the first timed attempt
   Timer* sleeper = nullptr;                          ///< the loop's sleep timer, while it sleeps
-  std::shared_ptr<op_state> pinned;                  ///< between a group's pin and its notice
   unsigned generation = 0;                           ///< of the timed attempt in flight
   bool timed;
   bool armed = false;
@@ -312,11 +273,19 @@ private:
   bool timed_out = false;
 };
 
+/// The completion co_spawn calls. It never owns the operation's state: the loop's frame does, so
+/// that the state (its strand, its attempt timer) dies on the operation's side, never on the
+/// handler's executor (`use_future`'s runs on the system executor, possibly after the
+/// operation's io_context is gone).
 template <class T, class Handler, class State, class Executor, class Deliver>
 class retry_completion {
 public:
-  retry_completion(Handler h, std::shared_ptr<State> s, Executor ex)
-      : handler_(std::move(h)), state_(std::move(s)), executor_(std::move(ex)) {}
+  retry_completion(Handler h, State* s, Executor ex)
+      : handler_(std::move(h)), executor_(std::move(ex)) {
+    if constexpr (!std::is_void_v<State>)
+      if (s)
+        slot_ = s->signal.slot(); // read once, by co_spawn's initiation, while the state lives
+  }
 
   using executor_type = asio::associated_executor_t<Handler, Executor>;
   executor_type get_executor() const noexcept {
@@ -325,12 +294,7 @@ public:
   using allocator_type = asio::associated_allocator_t<Handler>;
   allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(handler_); }
   using cancellation_slot_type = asio::cancellation_slot;
-  cancellation_slot_type get_cancellation_slot() const noexcept {
-    if constexpr (std::is_void_v<State>)
-      return {};
-    else
-      return state_ ? state_->signal.slot() : asio::cancellation_slot();
-  }
+  cancellation_slot_type get_cancellation_slot() const noexcept { return slot_; }
 
   void operator()(std::exception_ptr e, loop_result<T> r) {
     absorb(r, std::move(e));
@@ -338,14 +302,13 @@ public:
       auto user_slot = asio::get_associated_cancellation_slot(handler_);
       if (user_slot.is_connected())
         user_slot.clear();
-      state_.reset();
     }
     Deliver::template deliver<T>(handler_, r);
   }
 
 private:
   Handler handler_;
-  std::shared_ptr<State> state_;
+  asio::cancellation_slot slot_;
   Executor executor_;
 };
 
@@ -394,11 +357,12 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
           s->cancel_on_strand();
       });
     }
+    // The loop's frame owns the state (see retry_completion).
     state_type* control = state.get();
-    asio::co_spawn(strand,
-                   retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, control),
+    auto loop = retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, std::move(state));
+    asio::co_spawn(strand, std::move(loop),
                    retry_completion<T, handler_type, state_type, Executor, Deliver>(
-                       std::forward<Handler>(handler), std::move(state), ex));
+                       std::forward<Handler>(handler), control, ex));
   }
 };
 
