@@ -104,6 +104,10 @@ int full_year(int yy, int now_year) noexcept {
 }
 
 int year_of(std::int64_t epoch_s) noexcept {
+  // Any `now` is accepted: beyond +-10^13 s (about 317,000 years) it is clamped, which keeps
+  // every step below, and the year, far from overflow.
+  constexpr std::int64_t far = 10'000'000'000'000;
+  epoch_s = epoch_s < -far ? -far : epoch_s > far ? far : epoch_s;
   // Civil year from days since the epoch (the inverse of days_from_civil, year only).
   const std::int64_t z = (epoch_s >= 0 ? epoch_s : epoch_s - 86399) / 86400 + 719468;
   const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;

@@ -124,3 +124,13 @@ TEST_CASE("Retry-After RFC 850 two-digit years are never more than 50 years ahea
         sys_seconds(seconds(220924800)));
   CHECK(parse_http_date("Thursday, 01-Jan-26 00:00:00 GMT", y2026) == y2026);
 }
+
+TEST_CASE("parse_http_date takes any now, the extremes of its clock included") {
+  using coretry::curl::parse_http_date;
+  using std::chrono::sys_seconds;
+  const auto imf = sys_seconds(seconds(1445412570)); // 2015-10-21 07:29:30
+  for (auto now : {sys_seconds::min(), sys_seconds::max(), sys_seconds(seconds(0))}) {
+    CHECK(parse_http_date("Wed, 21 Oct 2015 07:29:30 GMT", now) == imf);
+    CHECK(parse_http_date("Wednesday, 21-Oct-15 07:29:30 GMT", now).has_value());
+  }
+}

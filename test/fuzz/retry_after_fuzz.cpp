@@ -57,9 +57,11 @@ std::string imf_fixdate(sys_seconds t) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // The first 8 bytes, when there are that many, choose "now" (any second of years 1900-2200).
   std::int64_t now_s = 1445412480; // 2015-10-21 07:28:00
+  std::int64_t any_now = now_s;
   if (size >= 8) {
     std::uint64_t raw = 0;
     std::memcpy(&raw, data, 8);
+    any_now = static_cast<std::int64_t>(raw);
     now_s = -2208988800 + static_cast<std::int64_t>(raw % 9467280000ull);
     data += 8;
     size -= 8;
@@ -79,6 +81,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
 
   const auto date = coretry::curl::parse_http_date(value, sys_seconds(seconds(now_s)));
+  // Any now at all, the clock's extremes included: only RFC 850's two-digit year (its form is
+  // the only one with a '-') depends on it, and with it whether 29 Feb exists.
+  const auto at_any = coretry::curl::parse_http_date(value, sys_seconds(seconds(any_now)));
+  if (value.find('-') == std::string_view::npos)
+    check(at_any == date, "an IMF-fixdate or asctime date depends on now");
   if (date) {
     check(value.size() == 29 || value.size() == 24 || (value.size() >= 30 && value.size() <= 33),
           "a date of impossible length");
