@@ -1,16 +1,22 @@
-// Fuzz target: backoff and retry_policy built from arbitrary numbers, then the pure schedule of
-// include/coretry/detail/schedule.hpp driven with arbitrary attempt durations and server hints.
+// Fuzz target: backoff, retry_policy and the overload controls (circuit breaker, budgets,
+// adaptive rate limiter) built from arbitrary numbers, then the pure schedule of
+// include/coretry/detail/schedule.hpp driven with arbitrary attempt durations, outcomes and
+// server hints.
 //
 // Properties: a factory either throws std::invalid_argument ("coretry::...: field = value
 // (rule)") or gives a backoff whose delays are non-negative and at most its cap (plus the
 // documented excess of normal and additive jitter), with a non-decreasing growth curve; a
-// policy that validate() accepts gives a schedule that stops within max_attempts attempts,
+// control either throws std::invalid_argument naming itself or works; a policy that
+// validate() accepts gives a schedule that stops within max_attempts attempts,
 // never sleeps past its deadline, never sleeps longer than max(cap, max_retry_after) and never
 // overflows (UBSan watches the arithmetic).
 
 #include <coretry/backoff.hpp>
+#include <coretry/breaker.hpp>
+#include <coretry/budget.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/policy.hpp>
+#include <coretry/rate_limit.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -20,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
@@ -102,6 +109,60 @@ std::optional<coretry::backoff> make_backoff(FuzzedDataProvider& in) {
   }
 }
 
+/// Builds the overload controls from arbitrary numbers; each either throws
+/// std::invalid_argument naming itself or is attached to `p`.
+void add_overload_controls(coretry::retry_policy& p, FuzzedDataProvider& in) {
+  try {
+    if (in.ConsumeBool()) {
+      coretry::circuit_breaker_options o;
+      o.consecutive_failures = in.ConsumeIntegral<unsigned>() % 2'000'000;
+      o.failure_ratio = any_double(in);
+      o.minimum_throughput = in.ConsumeIntegral<unsigned>() % 100;
+      o.window = any_duration(in);
+      o.window_buckets = in.ConsumeIntegral<unsigned>() % 2000;
+      o.break_duration = any_duration(in);
+      o.break_jitter = any_double(in);
+      o.half_open_probes = in.ConsumeIntegral<unsigned>() % 100'000;
+      o.seed = in.ConsumeIntegral<std::uint64_t>();
+      p.breaker = std::make_shared<coretry::circuit_breaker>(o);
+    }
+    switch (in.ConsumeIntegralInRange<int>(0, 2)) {
+    case 1: {
+      const double max_tokens = any_double(in);
+      p.budget = std::make_shared<coretry::token_bucket_budget>(max_tokens, any_double(in));
+      break;
+    }
+    case 2: {
+      coretry::ratio_budget_options o;
+      o.ratio = any_double(in);
+      o.min_retries_per_second = any_double(in);
+      o.window = any_duration(in);
+      o.buckets = in.ConsumeIntegral<unsigned>() % 2000;
+      p.budget = std::make_shared<coretry::ratio_budget>(o);
+      break;
+    }
+    default:
+      break;
+    }
+    if (in.ConsumeBool()) {
+      coretry::adaptive_rate_options o;
+      o.beta = any_double(in);
+      o.scale = any_double(in);
+      o.smoothing = any_double(in);
+      o.measure_interval = any_duration(in);
+      o.min_rate = any_double(in);
+      o.burst = any_duration(in);
+      o.initial_rate = any_double(in);
+      p.rate_limit = std::make_shared<coretry::adaptive_rate_limiter>(o);
+    }
+  } catch (const std::invalid_argument& e) {
+    check_message(e);
+    p.breaker.reset();
+    p.budget.reset();
+    p.rate_limit.reset();
+  }
+}
+
 nanoseconds saturating_add(nanoseconds a, nanoseconds b) {
   return a > nanoseconds::max() - b ? nanoseconds::max() : a + b;
 }
@@ -150,12 +211,32 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
   coretry::detail::schedule s(p, start);
   const nanoseconds top = std::max(bound(p.backoff), p.max_retry_after);
   nanoseconds now = start;
+  if (p.budget)
+    p.budget->on_request(start);
   // Stop the run, not the schedule, after this many attempts: max_attempts may be 2^32 - 1.
   const unsigned limit = std::min(p.max_attempts, 300u);
   for (;;) {
+    if (p.rate_limit) {
+      const auto v = s.pace(now);
+      if (v.stop) {
+        check(v.stop == coretry::errc::deadline_exceeded, "pacing stopped for another reason");
+        check(s.has_deadline(), "pacing stopped without a deadline");
+        return;
+      }
+      check(v.delay >= nanoseconds::zero(), "negative pacing wait");
+      if (s.has_deadline() && v.delay > nanoseconds::zero())
+        check(v.delay < s.deadline() - now, "pacing past the deadline");
+      if (now > nanoseconds::max() - v.delay)
+        return; // no clock lives that long
+      now += v.delay;
+    }
     if (const auto why = s.begin_attempt(now)) {
-      check(why == coretry::errc::deadline_exceeded, "refused an attempt for another reason");
-      check(s.has_deadline() && now >= s.deadline(), "refused an attempt before the deadline");
+      if (why == coretry::errc::circuit_open) {
+        check(p.breaker != nullptr, "circuit_open without a breaker");
+      } else {
+        check(why == coretry::errc::deadline_exceeded, "refused an attempt for another reason");
+        check(s.has_deadline() && now >= s.deadline(), "refused an attempt before the deadline");
+      }
       return;
     }
     check(s.attempts() <= p.max_attempts, "more attempts than max_attempts");
@@ -168,8 +249,20 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
       return; // no clock lives that long
     now += ran;
     const bool cut = by_deadline && ran == run_limit;
-    coretry::detail::attempt_end end{std::make_error_code(std::errc::connection_refused), cut,
-                                     std::max(nanoseconds::zero(), any_duration(in))};
+    const bool succeeded = in.ConsumeIntegralInRange<int>(0, 7) == 0;
+    const auto error = succeeded
+                           ? std::error_code()
+                           : (in.ConsumeBool() ? std::make_error_code(std::errc::connection_refused)
+                                               : std::error_code(coretry::errc::attempt_timeout));
+    s.record(error, false, now); // the breaker and the sending rate hear how it went
+    if (succeeded) {
+      if (p.budget)
+        p.budget->on_success(now);
+      return;
+    }
+    if (p.budget)
+      p.budget->on_failure(now);
+    coretry::detail::attempt_end end{error, cut, std::max(nanoseconds::zero(), any_duration(in))};
     const auto v = s.after_failure(end, now);
     if (v.stop) {
       if (v.stop == coretry::errc::attempts_exhausted)
@@ -178,6 +271,8 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
         check(end.hint > p.max_retry_after, "refused a hint within max_retry_after");
       else if (v.stop == coretry::errc::retry_after_past_deadline)
         check(s.has_deadline() && end.hint >= s.deadline() - now, "refused a hint in time");
+      else if (v.stop == coretry::errc::budget_exhausted)
+        check(p.budget != nullptr, "budget_exhausted without a budget");
       else
         check(v.stop == coretry::errc::deadline_exceeded, "stopped for an unknown reason");
       return;
@@ -214,6 +309,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (in.ConsumeBool())
     p.max_retry_after = any_duration(in);
   p.seed = in.ConsumeIntegral<std::uint64_t>();
+  add_overload_controls(p, in);
   try {
     p.validate();
   } catch (const std::invalid_argument& e) {
