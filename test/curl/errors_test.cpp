@@ -87,7 +87,18 @@ struct refusing_budget final : coretry::retry_budget {
 
 } // namespace
 
-TEST_CASE("too many open files: the transfer fails with couldnt_connect, retried, then works") {
+// Under the sanitizers this test is skipped: their runtime needs descriptors of its own (UBSan's
+// vptr check tests whether memory is readable through a pipe, and without one reports a valid
+// object as having an "invalid vptr"), so running out of descriptors breaks the checker, not
+// the client. The dev build runs it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+
+TEST_CASE("too many open files: the transfer fails with couldnt_connect, retried, then works" *
+          doctest::skip(sanitized)) {
   asio::io_context io;
   // Listening, never accepting: a socket that could be opened would connect, then time out.
   asio::ip::tcp::acceptor silent(io, {asio::ip::make_address("127.0.0.1"), 0});
