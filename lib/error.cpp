@@ -26,6 +26,8 @@ public:
       return "an operation or a policy hook threw an unexpected exception";
     case errc::retry_after_too_long:
       return "the server asked to retry later than the policy's max_retry_after";
+    case errc::retry_after_past_deadline:
+      return "the server asked to retry after the retry deadline";
     }
     return "unknown coretry error " + std::to_string(value);
   }

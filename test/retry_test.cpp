@@ -289,23 +289,46 @@ TEST_CASE("a server hint above max_retry_after ends the operation at once, sayin
   }
 }
 
-TEST_CASE("a server hint past the deadline ends the operation instead of sleeping") {
-  manual_clock::reset();
-  asio::io_context io;
+TEST_CASE("a server hint past the deadline ends the operation at once, saying so") {
   auto op = [&](coretry::attempt_context& ctx) -> asio::awaitable<int> {
     ctx.retry_after(5s);
     throw std::system_error(refused);
     co_return 0;
   };
-  auto policy = retry_policy{
-      .max_attempts = 5, .deadline = 2s, .backoff = coretry::backoff::exponential(10ms, 2, 10s)};
+  for (auto report : {coretry::final_error::last_error, coretry::final_error::policy_reason}) {
+    manual_clock::reset();
+    asio::io_context io;
+    auto policy = retry_policy{.max_attempts = 5,
+                               .deadline = 2s,
+                               .backoff = coretry::backoff::exponential(10ms, 2, 10s),
+                               .report = report};
+    coretry::retry_stats stats;
+    auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>(op, policy, stats));
+    CHECK(out.error == (report == coretry::final_error::last_error
+                            ? refused
+                            : std::error_code(coretry::errc::retry_after_past_deadline)));
+    CHECK(stats.reason == coretry::errc::retry_after_past_deadline);
+    CHECK(stats.last_error == refused);
+    CHECK(stats.attempts == 1);
+    CHECK(manual_clock::elapsed() == 0ms);
+  }
+}
+
+TEST_CASE("a backoff delay past the deadline is the deadline's doing, not the server's") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto op = [&](coretry::attempt_context& ctx) -> asio::awaitable<int> {
+    ctx.retry_after(1s); // within the deadline; the 5 s backoff is not
+    throw std::system_error(refused);
+    co_return 0;
+  };
+  auto policy =
+      retry_policy{.max_attempts = 5, .deadline = 2s, .backoff = coretry::backoff::fixed(5s)};
   coretry::retry_stats stats;
   auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>(op, policy, stats));
   CHECK(out.error == coretry::errc::deadline_exceeded);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
-  CHECK(stats.last_error == refused);
   CHECK(stats.attempts == 1);
-  CHECK(manual_clock::elapsed() == 0ms);
 }
 
 TEST_CASE("a shared budget stops retries once exhausted") {

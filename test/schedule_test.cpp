@@ -110,6 +110,29 @@ TEST_CASE("a sleep that would end at or past the deadline stops the loop instead
   CHECK(v.report == errc::deadline_exceeded);
 }
 
+TEST_CASE("a server hint ending at or past the deadline stops the loop with its own reason") {
+  auto p = fixed_policy(5, 1ms);
+  p.deadline = 100ms;
+  schedule s(p, 0ns);
+  REQUIRE_FALSE(s.begin_attempt(0ns));
+  CHECK_FALSE(s.after_failure({refused, false, 59ms}, 40ms).stop); // 40 + 59 < 100: sleep 59
+  REQUIRE_FALSE(s.begin_attempt(99ms));
+  schedule s2(p, 0ns);
+  REQUIRE_FALSE(s2.begin_attempt(0ns));
+  const auto v = s2.after_failure({refused, false, 60ms}, 40ms); // 40 + 60 = 100
+  CHECK(v.stop == errc::retry_after_past_deadline);
+  CHECK(v.report == refused); // final_error::last_error
+  schedule s3(p, 0ns);
+  REQUIRE_FALSE(s3.begin_attempt(0ns));
+  // The deadline already reached: that, not the hint, is why the loop stops.
+  CHECK(s3.after_failure({refused, false, 60ms}, 100ms).stop == errc::deadline_exceeded);
+  // max_retry_after is checked first, whatever the deadline.
+  p.max_retry_after = 10ms;
+  schedule s4(p, 0ns);
+  REQUIRE_FALSE(s4.begin_attempt(0ns));
+  CHECK(s4.after_failure({refused, false, 60ms}, 40ms).stop == errc::retry_after_too_long);
+}
+
 TEST_CASE("the attempt limit is the timeout or what is left of the deadline") {
   auto p = fixed_policy(5, 10ms);
   p.deadline = 1s;

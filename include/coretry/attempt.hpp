@@ -15,8 +15,9 @@ public:
   unsigned number() const noexcept { return number_; }
 
   /// Asks for at least `hint` before the next attempt, as a server does with `Retry-After`.
-  /// The loop waits `max(backoff delay, min(hint, backoff.max_delay()))`, and gives up with
-  /// `errc::deadline_exceeded` rather than sleep past the deadline. The largest hint wins;
+  /// The loop waits `max(backoff delay, hint)`, above the backoff's cap too; a hint above
+  /// `retry_policy::max_retry_after` stops it with `errc::retry_after_too_long`, one that ends at
+  /// or after the deadline with `errc::retry_after_past_deadline`. The largest hint wins;
   /// negative hints are ignored.
   void retry_after(std::chrono::nanoseconds hint) noexcept {
     if (hint > hint_)

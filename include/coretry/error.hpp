@@ -35,6 +35,11 @@ enum class errc {
   /// A server hint (`attempt_context::retry_after`, HTTP `Retry-After`) asked for a longer wait
   /// than `retry_policy::max_retry_after` allows; the loop stops rather than retry early.
   retry_after_too_long,
+  /// A server hint asked for a wait that would end at or after the overall deadline
+  /// (`retry_policy::deadline`): no attempt could be sent when the server allows one, so the loop
+  /// stops at once instead of sleeping until the deadline. Reported like `retry_after_too_long`
+  /// (see `final_error`), not as `deadline_exceeded`: the deadline has not passed.
+  retry_after_past_deadline,
 };
 
 /// The category of `coretry::errc`; its name is "coretry".

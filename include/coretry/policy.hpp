@@ -149,7 +149,8 @@ struct retry_policy {
   unsigned max_attempts = 3;
   /// Overall time limit from the start, covering attempts and sleeps: an attempt still running at
   /// the deadline is cancelled, and the loop never sleeps when no attempt could start before it.
-  /// An operation stopped by its deadline always fails with `errc::deadline_exceeded`.
+  /// An operation stopped by its deadline always fails with `errc::deadline_exceeded` (a server
+  /// hint reaching past it is `errc::retry_after_past_deadline`, see `max_retry_after`).
   nanoseconds deadline = unlimited;
   /// Limit for each attempt; an attempt over it is cancelled and fails with
   /// `errc::attempt_timeout`, which is retryable.
@@ -159,9 +160,11 @@ struct retry_policy {
       coretry::backoff::exponential(std::chrono::milliseconds(100), 2.0, std::chrono::seconds(32))
           .with_jitter(coretry::jitter::full());
   /// The longest server hint (`attempt_context::retry_after`, an HTTP `Retry-After`) the loop
-  /// will wait for. A hint above it ends the operation at once with
-  /// `errc::retry_after_too_long`: retrying sooner than the server asked helps nobody. It is
-  /// independent of the backoff's cap. Must be positive.
+  /// will wait for (default 60 s). A hint above it ends the operation at once with
+  /// `errc::retry_after_too_long`, and a hint that would end at or after `deadline` with
+  /// `errc::retry_after_past_deadline` (both in `retry_stats::reason`; what the caller gets
+  /// follows `report`): retrying sooner than the server asked helps nobody. It is independent
+  /// of the backoff's cap: the loop sleeps `max(backoff delay, hint)`. Must be positive.
   nanoseconds max_retry_after = std::chrono::seconds(60);
   /// Which attempt errors to retry; empty means `default_retry_if`. Cancellation is never retried,
   /// whatever this says.

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "header_lines.hpp"
 #include "transfer.hpp"
 
 namespace coretry::curl::detail {
@@ -17,25 +18,11 @@ std::size_t write_body(char* data, std::size_t size, std::size_t count, void* us
   return size * count;
 }
 
-std::string_view trim(std::string_view s) noexcept {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
-    s.remove_suffix(1);
-  return s;
-}
-
 std::size_t write_header(char* data, std::size_t size, std::size_t count, void* userp) {
-  auto* t = static_cast<transfer*>(userp);
-  std::string_view line(data, size * count);
-  if (line.starts_with("HTTP/")) {
-    // A new response begins (a redirect hop or an interim 1xx): keep only the last one's fields.
-    t->resp.headers.clear();
-  } else if (auto colon = line.find(':'); colon != std::string_view::npos && colon > 0) {
-    t->resp.headers.emplace_back(std::string(trim(line.substr(0, colon))),
-                                 std::string(trim(line.substr(colon + 1))));
-  }
+  // A status line starts a new response (a redirect hop or an interim 1xx): only the last
+  // one's fields are kept.
+  add_header_line(static_cast<transfer*>(userp)->resp.headers,
+                  std::string_view(data, size * count));
   return size * count;
 }
 

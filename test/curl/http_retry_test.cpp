@@ -190,7 +190,7 @@ TEST_CASE(
     }());
     CHECK(r.status == 503);
     CHECK(stats.attempts == 1);
-    CHECK(stats.reason == coretry::errc::deadline_exceeded);
+    CHECK(stats.reason == coretry::errc::retry_after_past_deadline);
     CHECK(events.empty());
     CHECK(server.requests() == 1);
   }

@@ -162,7 +162,7 @@ inline asio::awaitable<response> with_detail(asio::awaitable<response> op,
 ///   waits `max(backoff delay, Retry-After)`, above the backoff's cap too. A hint above
 ///   `policy.max_retry_after` (60 s by default) or past `policy.deadline` ends the operation at
 ///   once with the last response (`retry_stats::reason` says `errc::retry_after_too_long` or
-///   `errc::deadline_exceeded`).
+///   `errc::retry_after_past_deadline`).
 /// - When the attempts run out on a retryable status, the last response is returned.
 /// - `policy.on_retry` sees each retry: its `error` is the transport error, or for a retryable
 ///   status `make_http_status_error(status)` (category `http_status_category()`).

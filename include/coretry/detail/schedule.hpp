@@ -152,6 +152,11 @@ public:
       return stop(errc::attempts_exhausted, ec);
     if (end.hint > p_.max_retry_after)
       return stop(errc::retry_after_too_long, ec);
+    // A deadline already reached is the deadline's doing; a hint reaching it, the server's.
+    if (has_deadline() && now >= deadline_)
+      return stop(errc::deadline_exceeded, ec);
+    if (has_deadline() && end.hint > nanoseconds::zero() && end.hint >= deadline_ - now)
+      return stop(errc::retry_after_past_deadline, ec);
 
     if (!rng_)
       rng_.emplace(p_.seed.next_stream());
