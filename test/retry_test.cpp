@@ -475,15 +475,17 @@ TEST_CASE("async_retry works with callbacks, as_tuple and use_future") {
       },
       retry_policy{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)}, asio::use_future);
   CHECK(fut.get() == 5);
+  // The failure through use_future(fn), which delivers the code as a value: an exception_ptr
+  // set on Asio's system thread and read here would race in TSan's eyes only (libstdc++'s
+  // exception refcount is not instrumented).
   auto failed = coretry::async_retry(
       real.get_executor(),
       []() -> asio::awaitable<void> {
         throw std::system_error(refused);
         co_return;
       },
-      retry_policy{.max_attempts = 1}, asio::use_future);
-  failed.wait();
+      retry_policy{.max_attempts = 1}, asio::use_future([](std::error_code e) { return e; }));
+  CHECK(failed.get() == refused);
   guard.reset();
-  runner.join(); // before get(): libstdc++'s exception_ptr refcount is invisible to TSan
-  CHECK_THROWS_AS(failed.get(), std::system_error);
+  runner.join();
 }

@@ -89,7 +89,6 @@ public:
               hedge_options hedge, hedge_stats* stats)
       : strand_(std::move(strand)), handler_(std::move(handler)), executor_(ex), op_(std::move(op)),
         policy_(std::move(policy)), hedge_(std::move(hedge)), stats_(stats), hedge_timer_(strand_) {
-    pin = &hedge_state::pin_for_group;
     notify = &hedge_state::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
@@ -456,17 +455,15 @@ private:
     handler_.reset();
   }
 
-  static bool pin_for_group(cancellation_registration& r) noexcept {
-    auto& self = static_cast<hedge_state&>(r);
-    self.pinned_ = self.weak_from_this().lock();
-    return self.pinned_ != nullptr;
-  }
-  // Always a post: the source may be cancelled from a hook running on this very strand.
+  // Always a post: the source may be cancelled from a hook running on this very strand. Weak:
+  // a notice never keeps the state (and its strand) alive past its execution context; the
+  // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<hedge_state&>(r);
-    self_ptr keep = std::move(self.pinned_);
-    const Strand strand = keep->strand_;
-    asio::post(strand, [s = std::move(keep)] { s->cancel(); });
+    asio::post(self.strand_, [w = self.weak_from_this()] {
+      if (auto s = w.lock())
+        s->cancel();
+    });
   }
 
   Strand strand_;
@@ -484,7 +481,6 @@ private:
   std::optional<stored_t<T>> last_rejected_; ///< the last result `retry_if_result` rejected
   std::error_code last_error_;
   std::error_code pending_trigger_;
-  self_ptr pinned_; ///< between a group's pin and its notice
   nanoseconds start_{0};
   unsigned launched_ = 0;
   unsigned in_flight_ = 0;
