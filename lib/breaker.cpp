@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "saturate.hpp"
 #include "window.hpp"
 
 namespace coretry {
@@ -104,8 +105,7 @@ nanoseconds circuit_breaker::draw_break() noexcept {
   // `seed` yields, safe from any thread.
   fast_rng draw(rng_.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed));
   const double u = draw.uniform(1 - j, 1 + j);
-  return nanoseconds(static_cast<std::int64_t>(
-      std::llround(static_cast<double>(options_.break_duration.count()) * u)));
+  return detail::ns_sat(static_cast<double>(options_.break_duration.count()) * u);
 }
 
 bool circuit_breaker::ratio_tripped(nanoseconds now) const noexcept {
@@ -225,7 +225,7 @@ void circuit_breaker::on_failure(nanoseconds now) noexcept {
     }
     case breaker_state::half_open:
       if (!until)
-        until = now + draw_break();
+        until = detail::add_sat(now, draw_break());
       next = open_word(*until);
       break;
     }

@@ -6,9 +6,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "saturate.hpp"
+
 namespace coretry {
 namespace {
 
+using detail::add_sat;
+using detail::sub_sat;
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
@@ -69,10 +73,10 @@ nanoseconds adaptive_rate_limiter::acquire(nanoseconds now) noexcept {
   std::int64_t b = bucket_.load(std::memory_order_relaxed);
   std::int64_t next = 0;
   do {
-    next = std::max(b, t - cap) + interval;
+    next = add_sat(std::max(b, sub_sat(t, cap)), interval);
   } while (!bucket_.compare_exchange_weak(b, next, std::memory_order_acq_rel,
                                           std::memory_order_relaxed));
-  return nanoseconds(std::max<std::int64_t>(0, next - t));
+  return nanoseconds(std::max<std::int64_t>(0, sub_sat(next, t)));
 }
 
 void adaptive_rate_limiter::on_throttle(nanoseconds now) noexcept {

@@ -234,6 +234,18 @@ TEST_CASE("the break is jittered within its bounds, reproducibly for a seed") {
   CHECK(std::count(seen.begin(), seen.end(), seen.front()) < 50);
 }
 
+TEST_CASE("a break too long for the clock ends at its last instant, not before it began") {
+  // Found by the policy fuzz target: a jittered break near the limit of nanoseconds overflowed.
+  circuit_breaker b({.consecutive_failures = 1,
+                     .break_duration = std::chrono::nanoseconds::max(),
+                     .break_jitter = 0.5,
+                     .seed = 3});
+  fail_n(b, 1, 1h);
+  CHECK(b.state() == breaker_state::open);
+  CHECK(b.open_until() >= 1h);
+  CHECK_FALSE(b.try_acquire(std::chrono::hours(24 * 365 * 100)));
+}
+
 TEST_CASE("the transition hook sees every change of state once, in order") {
   std::vector<std::tuple<breaker_state, breaker_state, std::chrono::nanoseconds>> log;
   circuit_breaker b(exact(

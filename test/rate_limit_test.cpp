@@ -170,6 +170,20 @@ TEST_CASE("the bucket holds at least one token when the rate is below one a seco
   CHECK(l.acquire(100s) == 2s);
 }
 
+TEST_CASE("times at the ends of the clock saturate the bucket instead of overflowing") {
+  // Found by the policy fuzz target: reserving a token far in the future overflowed int64.
+  constexpr auto far = std::numeric_limits<nanoseconds::rep>::max();
+  constexpr auto early = std::numeric_limits<nanoseconds::rep>::min();
+  adaptive_rate_limiter l({.burst = 1s, .initial_rate = 0.5}); // 2 s a token
+  for (int i = 0; i < 4; ++i)
+    CHECK(l.acquire(nanoseconds(far - 10)) >= 0ns);
+  CHECK(l.acquire(nanoseconds(far - 10)) <= nanoseconds(10));
+  adaptive_rate_limiter m({.burst = 1s, .initial_rate = 0.5});
+  const auto first = m.acquire(nanoseconds(early + 10)); // before the bucket's own dawn
+  CHECK(first >= 0ns);
+  CHECK(m.acquire(nanoseconds(early + 10)) > first);
+}
+
 TEST_CASE("bad rate limiter options name the field and its value") {
   CHECK(rejection({.beta = 1}) ==
         "coretry::adaptive_rate_options: beta = 1.000000 (must be in (0, 1))");
