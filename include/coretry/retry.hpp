@@ -17,6 +17,7 @@
 /// the operation completes exactly once with `errc::unexpected_exception`, and
 /// `retry_stats::exception` holds what was thrown. `retry_async` rethrows that exception itself;
 /// `async_retry` delivers the error code (a completion handler never throws out of `run()`).
+/// Results must move without throwing: a move that throws after the loop ended escapes `run()`.
 ///
 /// **Cancellation.** Terminal cancellation of the awaiting coroutine (an enclosing `||`, a bound
 /// slot), the handler's slot for `async_retry` (any cancellation type), and the policy's group
