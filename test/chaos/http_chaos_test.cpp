@@ -223,12 +223,16 @@ TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destr
         round_started.fetch_add(1);
         switch (static_cast<front>(rng() % int(front::count))) {
         case front::awaitable:
+          // The retry is made here, while the client lives: it holds the client weakly from
+          // then on. (A coroutine that reached the client through a reference only when it first
+          // ran would find it destroyed in a client_destroyed round.)
           asio::co_spawn(
               ex,
-              [&c = *client, url, p, state]() mutable -> asio::awaitable<void> {
+              [a = coretry::curl::retry(*client, get_request(url), std::move(p)),
+               state]() mutable -> asio::awaitable<void> {
                 std::error_code ec;
                 try {
-                  (void)co_await coretry::curl::retry(c, get_request(url), std::move(p));
+                  (void)co_await std::move(a);
                 } catch (const std::system_error& e) {
                   ec = e.code();
                 }
@@ -269,12 +273,12 @@ TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destr
           const auto limit = std::chrono::milliseconds(rng() % 20);
           asio::co_spawn(
               strand,
-              [&c = *client, url, p, state, limit]() mutable -> asio::awaitable<void> {
+              [a = coretry::curl::retry(*client, get_request(url), std::move(p)), state,
+               limit]() mutable -> asio::awaitable<void> {
                 asio::steady_timer t(co_await asio::this_coro::executor, limit);
                 std::error_code ec;
                 try {
-                  auto r = co_await (coretry::curl::retry(c, get_request(url), std::move(p)) ||
-                                     t.async_wait(asio::use_awaitable));
+                  auto r = co_await (std::move(a) || t.async_wait(asio::use_awaitable));
                   if (r.index() == 1)
                     ec = asio::error::operation_aborted; // the timer won
                 } catch (const std::system_error& e) {
