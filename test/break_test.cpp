@@ -65,12 +65,12 @@ TEST_CASE("break: the caller's slot emitted from inside on_retry stops the opera
   p.on_retry = [&](const coretry::retry_event&) { signal.emit(asio::cancellation_type::terminal); };
   int completions = 0;
   std::error_code error;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, p,
-                                     asio::bind_cancellation_slot(signal.slot(),
-                                                                  [&](std::error_code ec, int) {
-                                                                    ++completions;
-                                                                    error = ec;
-                                                                  }));
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p,
+      asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, int) {
+        ++completions;
+        error = ec;
+      }));
   CHECK(drive(io, [&] { return completions > 0; }));
   io.restart();
   io.poll();
@@ -94,12 +94,12 @@ TEST_CASE("break: the caller's slot emitted from inside an attempt, before it su
   };
   int completions = 0;
   std::error_code error;
-  coretry::async_retry<manual_timer>(io.get_executor(), op, retry_policy{.max_attempts = 5},
-                                     asio::bind_cancellation_slot(signal.slot(),
-                                                                  [&](std::error_code ec, int) {
-                                                                    ++completions;
-                                                                    error = ec;
-                                                                  }));
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), op, retry_policy{.max_attempts = 5},
+      asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, int) {
+        ++completions;
+        error = ec;
+      }));
   CHECK(drive(io, [&] { return completions > 0; }));
   CHECK(completions == 1);
   CHECK(error == asio::error::operation_aborted);
@@ -223,11 +223,12 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
           asio::cancellation_signal sig;
           int n = 0;
           std::error_code ec;
-          coretry::async_retry(io.get_executor(), op, policy(),
-                               asio::bind_cancellation_slot(sig.slot(), [&](std::error_code e, int) {
-                                 ++n;
-                                 ec = e;
-                               }));
+          coretry::async_retry(
+              io.get_executor(), op, policy(),
+              asio::bind_cancellation_slot(sig.slot(), [&](std::error_code e, int) {
+                ++n;
+                ec = e;
+              }));
           CHECK_NOTHROW(io.run());
           io.restart();
           CHECK(n == 1);
@@ -326,7 +327,9 @@ struct fragile {
   }
 };
 
-asio::awaitable<fragile> make_fragile() { co_return fragile(5); }
+asio::awaitable<fragile> make_fragile() {
+  co_return fragile(5);
+}
 
 } // namespace
 
@@ -410,9 +413,8 @@ TEST_CASE("break: a group cancel at the instant an attempt times out, on a 2-thr
     std::vector<std::unique_ptr<asio::cancellation_signal>> signals;
     std::atomic<int> calls{0};
     std::atomic<int> bad{0};
-    retry_policy p{.max_attempts = 3,
-                   .attempt_timeout = 1ms,
-                   .backoff = coretry::backoff::fixed(1ms)};
+    retry_policy p{
+        .max_attempts = 3, .attempt_timeout = 1ms, .backoff = coretry::backoff::fixed(1ms)};
     p.cancellation = source.token();
     auto strand = asio::make_strand(io);
     for (int i = 0; i < ops; ++i) {
@@ -449,14 +451,13 @@ TEST_CASE("break: io_context destroyed after each step of a timed operation") {
     auto calls = std::make_shared<int>(0);
     {
       asio::io_context io;
-      retry_policy p{.max_attempts = 4,
-                     .attempt_timeout = 1ms,
-                     .backoff = coretry::backoff::fixed(1ms)};
+      retry_policy p{
+          .max_attempts = 4, .attempt_timeout = 1ms, .backoff = coretry::backoff::fixed(1ms)};
       p.cancellation = source.token();
       asio::cancellation_signal signal;
-      coretry::async_retry(io.get_executor(), hang_steady, p,
-                           asio::bind_cancellation_slot(signal.slot(),
-                                                        [calls](std::error_code, int) { ++*calls; }));
+      coretry::async_retry(
+          io.get_executor(), hang_steady, p,
+          asio::bind_cancellation_slot(signal.slot(), [calls](std::error_code, int) { ++*calls; }));
       for (int i = 0; i < steps; ++i) {
         if (io.run_one_for(5ms) == 0)
           break;
@@ -498,9 +499,8 @@ TEST_CASE("break: a breaker and a sending rate hear about every attempt while a 
         coretry::circuit_breaker_options{.consecutive_failures = 1000000, .failure_ratio = 0});
     auto rate = std::make_shared<coretry::adaptive_rate_limiter>();
     coretry::cancellation_source source;
-    retry_policy p{.max_attempts = 5,
-                   .attempt_timeout = 2ms,
-                   .backoff = coretry::backoff::fixed(1ms)};
+    retry_policy p{
+        .max_attempts = 5, .attempt_timeout = 2ms, .backoff = coretry::backoff::fixed(1ms)};
     p.cancellation = source.token();
     p.breaker = breaker;
     p.rate_limit = rate;
@@ -550,15 +550,18 @@ TEST_CASE("break: a timed operation on an any_io_executor wrapping a strand of a
   };
   for (int i = 0; i < 20; ++i)
     coretry::async_retry(ex, op, p, [&](std::error_code, int) { calls.fetch_add(1); });
-  asio::co_spawn(ex, [&]() -> asio::awaitable<void> {
-    try {
-      co_await coretry::retry_async(op, p);
-    } catch (const std::system_error&) {
-    }
-    if (!strand.running_in_this_thread())
-      off_strand.fetch_add(1);
-    calls.fetch_add(1);
-  }, asio::detached);
+  asio::co_spawn(
+      ex,
+      [&]() -> asio::awaitable<void> {
+        try {
+          co_await coretry::retry_async(op, p);
+        } catch (const std::system_error&) {
+        }
+        if (!strand.running_in_this_thread())
+          off_strand.fetch_add(1);
+        calls.fetch_add(1);
+      },
+      asio::detached);
   std::thread t([&] { io.run(); });
   std::thread t2([&] { io.run(); });
   for (int i = 0; i < 5000 && calls.load() < 21; ++i)
@@ -586,7 +589,8 @@ TEST_CASE("break: a source cancelled on one thread while another destroys an io_
   constexpr int big_ops = 4000;
   int big_calls = 0;
   for (int i = 0; i < big_ops; ++i)
-    coretry::async_retry(big.get_executor(), fail_now, p, [&](std::error_code, int) { ++big_calls; });
+    coretry::async_retry(big.get_executor(), fail_now, p,
+                         [&](std::error_code, int) { ++big_calls; });
   big.poll(); // all linked, asleep
   auto small = std::make_unique<asio::io_context>();
   coretry::async_retry(small->get_executor(), fail_now, p, [](std::error_code, int) {});
