@@ -6,8 +6,10 @@
 // --only runs one variant (e.g. under `valgrind --tool=callgrind`).
 //
 // Rows (.ci/bench pairs them):
-//   success_ns     coretry (plain op)          vs loop (hand-written for-loop) and direct (await)
-//   timeout_ns     coretry_timeout             vs or_timer (`op() || timer.async_wait()`)
+//   success_ns     coretry (plain op), coretry_shared (shared_policy)
+//                                              vs loop (hand-written for-loop) and direct (await)
+//   timeout_ns     coretry_timeout, coretry_timeout_shared
+//                                              vs or_timer (`op() || timer.async_wait()`)
 //   jitter_ns      coretry_full                vs mt19937_64 (+ uniform_real_distribution)
 #include <coretry/coretry.hpp>
 
@@ -62,6 +64,8 @@ template <class Body> double time_awaits(long calls, Body body) {
 
 const coretry::retry_policy plain_policy{};
 const coretry::retry_policy timeout_policy{.attempt_timeout = 10s};
+const coretry::shared_policy shared_plain_policy{{}};
+const coretry::shared_policy shared_timeout_policy{{.attempt_timeout = 10s}};
 
 // What a careful programmer writes by hand: try the operation; on an error, back off on a timer
 // made only when first needed. Its success path is one call and a zero-cost try block.
@@ -141,10 +145,18 @@ int main(int argc, char** argv) try {
     put("success_ns", "coretry", [&] {
       return time_awaits(calls, [] { return coretry::retry_async(one_round_trip, plain_policy); });
     });
+    put("success_ns", "coretry_shared", [&] {
+      return time_awaits(calls,
+                         [] { return coretry::retry_async(one_round_trip, shared_plain_policy); });
+    });
     put("timeout_ns", "or_timer", [&] { return time_awaits(timed_calls, or_timer); });
     put("timeout_ns", "coretry_timeout", [&] {
       return time_awaits(timed_calls,
                          [] { return coretry::retry_async(one_round_trip, timeout_policy); });
+    });
+    put("timeout_ns", "coretry_timeout_shared", [&] {
+      return time_awaits(
+          timed_calls, [] { return coretry::retry_async(one_round_trip, shared_timeout_policy); });
     });
     put("jitter_ns", "mt19937_64", [&] { return mt_full_jitter(jitter_calls); });
     put("jitter_ns", "coretry_full", [&] { return coretry_full_jitter(jitter_calls); });

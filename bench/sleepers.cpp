@@ -10,6 +10,7 @@
 // can be cancelled, the time from the cancel call until `run()` returns (`cancel_s`).
 //   coretry         retry loop, the attempt throws std::system_error; one group token cancels all
 //   coretry_tuple   retry loop, the attempt returns std::tuple<std::error_code, int>: no throw
+//   coretry_shared  coretry_tuple with one shared_policy for all, instead of a copy each
 //   bare            coroutine awaiting a steady_timer (as_tuple: no exception anywhere);
 //                   not cancellable, so no cancel_s
 //   bare_catch      the same after throwing and catching one std::system_error
@@ -112,16 +113,21 @@ int run_sleep(const std::string& variant, long n) {
           },
           policy, [&c](std::error_code, int) { ++c.completed; });
 #if CORETRY_BENCH_TUPLE_OPS
-  } else if (variant == "coretry_tuple") {
-    const auto policy = sleep_policy(source);
-    for (long i = 0; i < n; ++i)
-      coretry::async_retry(
-          io.get_executor(),
-          [&c]() -> asio::awaitable<std::tuple<std::error_code, int>> {
-            ++c.started;
-            co_return std::tuple{make_error_code(std::errc::connection_refused), 0};
-          },
-          policy, [&c](std::error_code, int) { ++c.completed; });
+  } else if (variant == "coretry_tuple" || variant == "coretry_shared") {
+    auto start_all = [&](const auto& policy) {
+      for (long i = 0; i < n; ++i)
+        coretry::async_retry(
+            io.get_executor(),
+            [&c]() -> asio::awaitable<std::tuple<std::error_code, int>> {
+              ++c.started;
+              co_return std::tuple{make_error_code(std::errc::connection_refused), 0};
+            },
+            policy, [&c](std::error_code, int) { ++c.completed; });
+    };
+    if (variant == "coretry_shared")
+      start_all(coretry::shared_policy(sleep_policy(source)));
+    else
+      start_all(sleep_policy(source));
 #endif
   } else {
     std::fprintf(stderr, "coretry_sleepers: unknown --variant '%s'\n", variant.c_str());

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace coretry {
 
@@ -28,5 +29,17 @@ void retry_policy::validate() const {
     throw std::invalid_argument("coretry::retry_policy: max_retry_after = " +
                                 std::to_string(max_retry_after.count()) + "ns (must be positive)");
 }
+
+shared_policy::shared_policy(retry_policy p) {
+  p.validate();
+  p_ = std::make_shared<const retry_policy>(std::move(p));
+}
+
+namespace detail {
+void check_policy(const shared_policy& p) {
+  if (!p)
+    throw std::invalid_argument("coretry::shared_policy: empty (moved from)");
+}
+} // namespace detail
 
 } // namespace coretry

@@ -13,6 +13,7 @@
 #include <asio/io_context.hpp>
 #include <asio/use_future.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -318,6 +319,55 @@ TEST_CASE("operations that return their error as a value are retried without exc
   drive(io, [&] { return done; });
   CHECK(error == refused);
   CHECK(void_calls == 2);
+}
+
+TEST_CASE("a shared_policy is checked once, serves every front end, and refuses when empty") {
+  using coretry::shared_policy;
+  CHECK_THROWS_WITH_AS(shared_policy(retry_policy{.max_attempts = 0}),
+                       doctest::Contains("max_attempts = 0"), std::invalid_argument);
+
+  manual_clock::reset();
+  asio::io_context io;
+  int calls = 0;
+  auto op = [&]() -> asio::awaitable<int> {
+    if (++calls % 2 == 1)
+      throw std::system_error(refused);
+    co_return calls;
+  };
+  retry_policy base = fixed_policy(3, 10ms);
+  base.seed = 7;
+  const shared_policy plain(base);
+  base.deadline = 1h; // the controlled path
+  const shared_policy controlled(base);
+  CHECK(controlled->deadline == 1h);
+  CHECK(plain.get().deadline == coretry::unlimited);
+
+  std::vector<int> got;
+  coretry::retry_stats stats;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        got.push_back(co_await coretry::retry_async<manual_timer>(op, plain));
+        got.push_back(co_await coretry::retry_async<manual_timer>(op, controlled, stats));
+      },
+      asio::detached);
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), op, plain, [&](std::error_code ec, int v) { got.push_back(ec ? -1 : v); });
+  drive(io, [&] { return got.size() == 3; });
+  REQUIRE(got.size() == 3);
+  CHECK(stats.attempts == 2);
+  CHECK(std::count(got.begin(), got.end(), -1) == 0);
+  CHECK(manual_clock::elapsed() >= 10ms);
+
+  shared_policy moved = plain;
+  const shared_policy taken = std::move(moved);
+  CHECK(taken);
+  CHECK_FALSE(moved); // NOLINT(bugprone-use-after-move): the case under test
+  CHECK_THROWS_WITH_AS(coretry::retry_async<manual_timer>(op, moved),
+                       doctest::Contains("shared_policy"), std::invalid_argument);
+  CHECK_THROWS_AS(
+      coretry::async_retry<manual_timer>(io.get_executor(), op, moved, [](std::error_code, int) {}),
+      std::invalid_argument);
 }
 
 // The example of docs/core.md, kept compiling and passing here.

@@ -44,34 +44,38 @@
 
 namespace coretry {
 
-/// Retries `op` under `policy`, from inside a coroutine.
+/// Retries `op` under `policy`, from inside a coroutine. `policy` is a `retry_policy`, which
+/// the operation copies (or moves), or a `shared_policy`, which it shares.
 ///
 /// \returns the first accepted result; when the policy rejected results
 /// (`retry_policy::retry_if_result`) until it gave up, the last result.
-/// \throws std::invalid_argument at the call when the policy is invalid or its result predicate
-/// does not take `T`; std::system_error with the final error (see `final_error`; a deadline
-/// always reports `errc::deadline_exceeded`), or with `asio::error::operation_aborted` when
-/// cancelled; what an operation or hook threw, as itself (see the file comment).
-template <class Timer = asio::steady_timer, class Op>
-asio::awaitable<detail::op_result_t<Op>> retry_async(Op op, retry_policy policy) {
-  policy.validate();
-  detail::check_result_filter<detail::op_result_t<Op>>(policy);
-  return detail::retry_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
-                                                             nullptr);
+/// \throws std::invalid_argument at the call when the policy is invalid (or an empty
+/// `shared_policy`) or its result predicate does not take `T`; std::system_error with the final
+/// error (see `final_error`; a deadline always reports `errc::deadline_exceeded`), or with
+/// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself
+/// (see the file comment).
+template <class Timer = asio::steady_timer, class Op, class Policy = retry_policy>
+requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+retry_async(Op op, Policy&& policy) {
+  detail::check_policy(policy);
+  detail::check_result_filter<detail::op_result_t<Op>>(detail::policy_of(policy));
+  return detail::retry_entry<Timer, detail::op_result_t<Op>>(std::move(op),
+                                                             std::forward<Policy>(policy), nullptr);
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class Timer = asio::steady_timer, class Op>
-asio::awaitable<detail::op_result_t<Op>> retry_async(Op op, retry_policy policy,
-                                                     retry_stats& stats) {
-  policy.validate();
-  detail::check_result_filter<detail::op_result_t<Op>>(policy);
-  return detail::retry_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
-                                                             &stats);
+template <class Timer = asio::steady_timer, class Op, class Policy = retry_policy>
+requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+retry_async(Op op, Policy&& policy, retry_stats& stats) {
+  detail::check_policy(policy);
+  detail::check_result_filter<detail::op_result_t<Op>>(detail::policy_of(policy));
+  return detail::retry_entry<Timer, detail::op_result_t<Op>>(std::move(op),
+                                                             std::forward<Policy>(policy), &stats);
 }
 
-/// Retries `op` under `policy` on `executor`, reporting through any completion token
-/// (callbacks, `use_future`, `use_awaitable`, `experimental::as_tuple(...)`, ...).
+/// Retries `op` under `policy` (a `retry_policy` or a `shared_policy`) on `executor`, reporting
+/// through any completion token (callbacks, `use_future`, `use_awaitable`,
+/// `experimental::as_tuple(...)`, ...).
 ///
 /// Completion signature: `void(std::error_code, T)`, or `void(std::error_code)` when `T` is
 /// `void`, or `void(std::error_code, std::optional<T>)` when `T` is not default constructible
@@ -81,28 +85,33 @@ asio::awaitable<detail::op_result_t<Op>> retry_async(Op op, retry_policy policy,
 /// exactly once, through its associated executor (by default `executor`), never from inside
 /// this call; if the execution context is destroyed first, it is destroyed uncalled.
 ///
-/// Throws `std::invalid_argument` at the call when the policy is invalid; nothing starts then.
-/// Thread safety: the call may be made from any thread.
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-auto async_retry(const Executor& executor, Op op, retry_policy policy, CompletionToken&& token) {
+/// Throws `std::invalid_argument` at the call when the policy is invalid (or an empty
+/// `shared_policy`); nothing starts then. Thread safety: the call may be made from any thread.
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class CompletionToken>
+requires detail::policy_argument<Policy>
+auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
-  policy.validate();
-  detail::check_result_filter<value_type>(policy);
+  detail::check_policy(policy);
+  detail::check_result_filter<value_type>(detail::policy_of(policy));
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
-      std::move(op), std::move(policy), static_cast<retry_stats*>(nullptr));
+      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)),
+      static_cast<retry_stats*>(nullptr));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-auto async_retry(const Executor& executor, Op op, retry_policy policy, retry_stats& stats,
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class CompletionToken>
+requires detail::policy_argument<Policy>
+auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& stats,
                  CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
-  policy.validate();
-  detail::check_result_filter<value_type>(policy);
+  detail::check_policy(policy);
+  detail::check_result_filter<value_type>(detail::policy_of(policy));
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
-      std::move(op), std::move(policy), &stats);
+      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), &stats);
 }
 
 } // namespace coretry

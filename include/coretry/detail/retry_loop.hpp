@@ -152,13 +152,15 @@ template <class Control> struct sleep_guard {
   ~sleep_guard() { control->woke(); }
 };
 
-/// `Control` is `std::nullptr_t` on the plain paths, or the `shared_ptr` owning the operation's
-/// state (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
+/// `Policy` is `retry_policy` (the operation's own copy) or `shared_policy`. `Control` is
+/// `std::nullptr_t` on the plain paths, or the `shared_ptr` owning the operation's state
+/// (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
 /// `start_attempt(limit)`, `end_attempt()` (true when the attempt timer cut the attempt),
 /// `sleep_on(timer)` and `woke()` (a cancellation meanwhile cancels the timer), `disarm()`.
-template <class Timer, class T, bool Throwing, class Op, class Control>
+template <class Timer, class T, bool Throwing, class Op, class Policy, class Control>
 asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
-retry_loop(Op op, retry_policy policy, retry_stats* stats, Control control) {
+retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
+  const retry_policy& policy = policy_of(held);
   constexpr bool controlled = !std::is_same_v<Control, std::nullptr_t>;
   constexpr bool error_as_value = awaitable_traits<op_awaitable_t<Op>>::error_as_value;
   using clock = typename Timer::clock_type;

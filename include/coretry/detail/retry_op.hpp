@@ -317,19 +317,19 @@ private:
 struct handler_executor {};
 
 template <class Timer, class T, class Deliver> struct initiate_retry {
-  template <class Handler, class Op>
-  void operator()(Handler&& handler, handler_executor, Op op, retry_policy policy,
+  template <class Handler, class Op, class Policy>
+  void operator()(Handler&& handler, handler_executor, Op op, Policy policy,
                   retry_stats* stats) const {
     const auto ex = asio::get_associated_executor(handler);
     (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), stats);
   }
 
-  template <class Handler, class Executor, class Op>
-  void operator()(Handler&& handler, const Executor& ex, Op op, retry_policy policy,
+  template <class Handler, class Executor, class Op, class Policy>
+  void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy,
                   retry_stats* stats) const {
     using handler_type = std::decay_t<Handler>;
     auto user_slot = asio::get_associated_cancellation_slot(handler);
-    if (!needs_control(policy, user_slot.is_connected())) {
+    if (!needs_control(policy_of(policy), user_slot.is_connected())) {
       using completion = retry_completion<T, handler_type, void, Executor, Deliver>;
       asio::co_spawn(ex,
                      retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, nullptr),
@@ -342,13 +342,14 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
     });
   }
 
-  template <class Handler, class Executor, class Strand, class Op, class Slot>
+  template <class Handler, class Executor, class Strand, class Op, class Policy, class Slot>
   static void start_controlled(Handler&& handler, const Executor& ex, const Strand& strand, Op op,
-                               retry_policy policy, retry_stats* stats, Slot user_slot) {
+                               Policy policy, retry_stats* stats, Slot user_slot) {
     using handler_type = std::decay_t<Handler>;
     using state_type = op_state<Strand, Timer>;
-    const bool timed = policy.deadline != unlimited || policy.attempt_timeout != unlimited;
-    auto state = std::make_shared<state_type>(strand, policy.cancellation, timed);
+    const retry_policy& p = policy_of(policy);
+    const bool timed = p.deadline != unlimited || p.attempt_timeout != unlimited;
+    auto state = std::make_shared<state_type>(strand, p.cancellation, timed);
     if (user_slot.is_connected()) {
       // Any cancellation type stops the loop (a coroutine heeds only terminal ones). Weak: a
       // slot that outlives the operation's execution context must not keep it, nor reach it.
@@ -371,16 +372,19 @@ template <class T> asio::awaitable<T> take_optional(asio::awaitable<std::optiona
   co_return std::move(*co_await std::move(a));
 }
 
-/// retry_async's body. Takes its arguments by reference: retry_async owns them until the loop's
-/// frame (or the initiation) moves them in, so each is moved once.
-template <class Timer, class T, class Op>
-asio::awaitable<T> retry_entry(Op&& op, retry_policy&& policy, retry_stats* stats) {
-  if (!needs_control(policy, false))
-    return retry_loop<Timer, T, true>(std::move(op), std::move(policy), stats, nullptr);
+/// retry_async's body. Takes its arguments by reference: retry_async owns the operation until
+/// the loop's frame (or the initiation) moves it in, and the policy is copied (or moved) once,
+/// straight into the frame's parameter.
+template <class Timer, class T, class Op, class Policy>
+asio::awaitable<T> retry_entry(Op&& op, Policy&& policy, retry_stats* stats) {
+  using held = held_policy_t<Policy>;
+  if (!needs_control(policy_of(policy), false))
+    return retry_loop<Timer, T, true, std::decay_t<Op>, held>(
+        std::move(op), std::forward<Policy>(policy), stats, nullptr);
   // The initiation itself, awaited: no wrapper coroutine (and no extra frame) in between.
   auto a = asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
       initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
-      std::move(op), std::move(policy), stats);
+      std::move(op), held(std::forward<Policy>(policy)), stats);
   if constexpr (std::is_same_v<delivered_t<T>, T>)
     return a;
   else
