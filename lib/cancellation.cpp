@@ -7,7 +7,7 @@
 namespace coretry {
 namespace detail {
 
-class cancellation_state {
+class cancellation_state : public std::enable_shared_from_this<cancellation_state> {
 public:
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
 
@@ -15,12 +15,7 @@ public:
     std::lock_guard lock(mutex_);
     if (cancelled())
       return false;
-    r.prev = nullptr;
-    r.next = head_;
-    if (head_)
-      head_->prev = &r;
-    head_ = &r;
-    r.linked = true;
+    push(head_, r, 0);
     return true;
   }
 
@@ -28,57 +23,131 @@ public:
     std::unique_lock lock(mutex_);
     // A notice in progress reads `r` (and posts to its executor): its owner must not die first.
     done_.wait(lock, [&] { return !r.notifying; });
-    if (!r.linked)
-      return;
-    if (r.prev)
-      r.prev->next = r.next;
-    else
-      head_ = r.next;
-    if (r.next)
-      r.next->prev = r.prev;
-    r.linked = false;
+    if (r.linked)
+      unlink(r);
   }
 
   bool cancel() noexcept {
-    cancellation_registration* taken = nullptr;
+    cancellation_registration* one_by_one = nullptr;
+    cancellation_registration* posters[max_batches] = {};
+    unsigned batches = 0;
     {
       std::lock_guard lock(mutex_);
       if (cancelled())
         return false;
       cancelled_.store(true, std::memory_order_release);
-      // Take the whole list, oldest link first. Nothing keeps an operation alive: an owner
-      // that dies meanwhile waits in detach() until its notice has been sent.
+      // Take the whole list (newest first, so each list below is oldest first). Nothing keeps
+      // an operation alive: an owner that dies meanwhile waits in detach() until its notice has
+      // been sent, or unlinks itself from its batch.
       while (cancellation_registration* r = head_) {
         head_ = r->next;
-        r->linked = false;
-        r->prev = nullptr;
-        r->notifying = true;
-        r->next = taken;
-        taken = r;
+        unsigned k = 0;
+        if (r->batched) {
+          while (k < batches && batch_context_[k] != r->context)
+            ++k;
+          if (k == batches && batches < max_batches) {
+            batch_context_[batches++] = r->context;
+            posters[k] = r;
+            r->notifying = true; // posts the batch: kept alive until then
+          }
+        }
+        if (r->batched && k < batches) {
+          push(batch_head_[k], *r, static_cast<unsigned char>(k + 1));
+        } else {
+          r->linked = false;
+          r->prev = nullptr;
+          r->notifying = true;
+          r->next = one_by_one;
+          one_by_one = r;
+        }
       }
     }
     // Outside the lock: a notice posts to the operation's executor, which takes that
     // executor's own locks. It never runs the operation inline (its unlink would wait for
     // this very notice).
-    while (cancellation_registration* r = taken) {
-      taken = r->next;
+    for (unsigned k = 0; k < batches; ++k)
+      release(*posters[k], [&](cancellation_registration& r) {
+        r.batched->post(r, cancellation_batch{weak_from_this(), k});
+      });
+    while (cancellation_registration* r = one_by_one) {
+      one_by_one = r->next;
       r->next = nullptr;
-      r->notify(*r);
-      {
-        std::lock_guard lock(mutex_);
-        r->notifying = false; // from here on, `r` may be destroyed by its owner
-      }
-      done_.notify_all();
+      release(*r, [](cancellation_registration& n) { n.notify(n); });
     }
     return true;
   }
 
+  /// A batch's work, on its operations' context: a chunk of links at a time, each notified
+  /// with no lock held.
+  void run_batch(unsigned k) noexcept {
+    constexpr int chunk = 64;
+    for (;;) {
+      std::weak_ptr<cancellation_registration> taken[chunk];
+      int n = 0;
+      {
+        std::lock_guard lock(mutex_);
+        while (n < chunk && batch_head_[k]) {
+          cancellation_registration& r = *batch_head_[k];
+          taken[n++] = r.batched->handle(r);
+          unlink(r);
+        }
+      }
+      if (n == 0)
+        return;
+      for (int i = 0; i < n; ++i)
+        if (auto r = taken[i].lock())
+          r->batched->notify_here(*r);
+    }
+  }
+
 private:
+  static constexpr unsigned max_batches = 8;
+
+  void push(cancellation_registration*& head, cancellation_registration& r,
+            unsigned char list) noexcept {
+    r.prev = nullptr;
+    r.next = head;
+    if (head)
+      head->prev = &r;
+    head = &r;
+    r.linked = true;
+    r.list = list;
+  }
+
+  void unlink(cancellation_registration& r) noexcept {
+    if (r.prev)
+      r.prev->next = r.next;
+    else
+      (r.list == 0 ? head_ : batch_head_[r.list - 1]) = r.next;
+    if (r.next)
+      r.next->prev = r.prev;
+    r.prev = r.next = nullptr;
+    r.linked = false;
+  }
+
+  /// Runs `f(r)` for a link marked `notifying`, then lets its owner go.
+  template <class F> void release(cancellation_registration& r, F f) noexcept {
+    f(r);
+    {
+      std::lock_guard lock(mutex_);
+      r.notifying = false; // from here on, `r` may be destroyed by its owner
+    }
+    done_.notify_all();
+  }
+
   mutable std::mutex mutex_;
   std::condition_variable done_; ///< a notice ended (`notifying` cleared)
   std::atomic<bool> cancelled_{false};
   cancellation_registration* head_ = nullptr;
+  // Written once, by cancel(), under the lock.
+  const void* batch_context_[max_batches] = {};
+  cancellation_registration* batch_head_[max_batches] = {};
 };
+
+void cancellation_batch::operator()() const noexcept {
+  if (auto s = state.lock())
+    s->run_batch(index);
+}
 
 } // namespace detail
 

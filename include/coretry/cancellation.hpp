@@ -8,20 +8,56 @@ namespace coretry {
 
 namespace detail {
 class cancellation_state;
+struct cancellation_registration;
 
-/// A link in a source's list of operations to notify, owned by the operation. `cancel()` takes
-/// the list under the source's lock and marks each link `notifying` there; after the lock is
-/// released it calls `notify` once for each, on the cancelling thread (it must hand the work to
-/// the operation's executor without keeping the operation alive, and must not run it inline),
-/// then clears `notifying` under the lock. `cancellation_token::detach` waits for a notice in
-/// progress: an owner that unlinks itself before it dies (it must) is never notified after its
-/// death, and nothing of it (its strand, its executor) outlives it because of a cancel().
+/// A notice for every operation of one execution context, posted once to that context by
+/// `cancel()` (see `cancellation_registration::batched`). Holds the source weakly.
+struct cancellation_batch {
+  std::weak_ptr<cancellation_state> state;
+  unsigned index = 0;
+  void operator()() const noexcept;
+};
+
+/// How an operation takes part in batched notices. All three are called by the source.
+struct batch_notice_ops {
+  /// Posts `batch` to the operation's execution context (never runs it inline); called outside
+  /// the source's lock, with the operation kept alive by `notifying`.
+  void (*post)(cancellation_registration&, cancellation_batch) noexcept;
+  /// The operation, weakly; called under the source's lock while it is linked.
+  std::weak_ptr<cancellation_registration> (*handle)(cancellation_registration&) noexcept;
+  /// Cancels the operation; called by the batch on the operation's execution context, with the
+  /// operation pinned by the caller and no lock held (it may run the operation inline).
+  void (*notify_here)(cancellation_registration&) noexcept;
+};
+
+/// A link in a source's list of operations to notify, owned by the operation.
+///
+/// One by one (`batched` null): `cancel()` takes the list under the source's lock and marks each
+/// link `notifying` there; after the lock is released it calls `notify` once for each, on the
+/// cancelling thread (it must hand the work to the operation's executor without keeping the
+/// operation alive, and must not run it inline), then clears `notifying` under the lock.
+///
+/// Batched (`batched` set, `context` naming the operation's execution context): `cancel()` moves
+/// the links into one list per context (a few contexts at most; further ones are notified one by
+/// one) and posts one `cancellation_batch` per context, through one of its operations. The batch
+/// runs on that context, takes its links a chunk at a time under the lock (each as a weak
+/// handle, unlinked), and notifies each living one there: no allocation, post or lock per
+/// operation on the cancelling thread. A batch that never runs (its context is destroyed) leaves
+/// its links to be unlinked by their owners as they die.
+///
+/// Either way `cancellation_token::detach` waits for a notice in progress and unlinks from
+/// whichever list holds the link: an owner that unlinks itself before it dies (it must) is
+/// never notified after its death, and nothing of it (its strand, its executor) outlives it
+/// because of a cancel().
 struct cancellation_registration {
   cancellation_registration* prev = nullptr;
   cancellation_registration* next = nullptr;
   void (*notify)(cancellation_registration&) noexcept = nullptr;
+  const batch_notice_ops* batched = nullptr;
+  const void* context = nullptr; ///< with `batched`: the operation's execution context
   bool linked = false;
   bool notifying = false;
+  unsigned char list = 0; ///< while linked: 0, the live list; k > 0, batch k - 1
 };
 } // namespace detail
 

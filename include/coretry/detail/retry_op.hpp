@@ -161,6 +161,9 @@ struct op_state final : cancellation_registration,
   op_state(Strand s, cancellation_token t, bool timed_attempts)
       : strand(std::move(s)), token(std::move(t)), timed(timed_attempts) {
     notify = &op_state::notify_from_group;
+    batched = &batch_ops;
+    context = static_cast<const asio::execution_context*>(
+        &asio::query(strand.get_inner_executor(), asio::execution::context));
   }
   ~op_state() { token.detach(*this); }
   op_state(const op_state&) = delete;
@@ -259,6 +262,23 @@ private:
         s->cancel();
     });
   }
+
+  // Batched group notices (cancellation.hpp): one handler per execution context enters each
+  // operation's strand from that context's own thread, inline when the strand is idle.
+  static void post_batch(cancellation_registration& r, cancellation_batch batch) noexcept {
+    asio::post(static_cast<op_state&>(r).strand.get_inner_executor(), std::move(batch));
+  }
+  static std::weak_ptr<cancellation_registration> handle(cancellation_registration& r) noexcept {
+    return static_cast<op_state&>(r).weak_from_this();
+  }
+  static void notify_here(cancellation_registration& r) noexcept {
+    auto& self = static_cast<op_state&>(r);
+    asio::dispatch(self.strand, [w = self.weak_from_this()] {
+      if (auto s = w.lock())
+        s->cancel();
+    });
+  }
+  static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
 
   using attempt_timer_type =
       typename Timer::template rebind_executor<typename Strand::inner_executor_type>::other;
