@@ -12,12 +12,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include <dirent.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace coretry::bench {
@@ -63,22 +65,25 @@ inline long proc_status(const char* field) {
 
 /// Descriptors of this process that are TCP/IP sockets (libcurl's wake-up socket pairs, which
 /// hold no connection, are not counted).
+/// IP sockets the process holds open: distinct sockets, not descriptors (a socket watched
+/// through a dup() of its descriptor is one socket).
 inline long open_ip_sockets() {
-  long n = 0;
+  std::set<ino_t> sockets;
   if (DIR* d = opendir("/proc/self/fd")) {
     while (dirent* e = readdir(d)) {
       char* end = nullptr;
       const long fd = std::strtol(e->d_name, &end, 10);
       int domain = 0;
       socklen_t len = sizeof domain;
+      struct stat st {};
       if (*end == '\0' && end != e->d_name &&
           getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
-          (domain == AF_INET || domain == AF_INET6))
-        ++n;
+          (domain == AF_INET || domain == AF_INET6) && fstat(static_cast<int>(fd), &st) == 0)
+        sockets.insert(st.st_ino);
     }
     closedir(d);
   }
-  return n;
+  return static_cast<long>(sockets.size());
 }
 
 inline void sample(const char* metric, std::string_view variant, double value) {

@@ -90,16 +90,13 @@ void multi_driver::shutdown() {
   // The multi first: its cache closes idle connections through on_close_socket.
   curl_multi_cleanup(multi_);
   multi_ = nullptr;
-  // What remains: our dup()s of libcurl's own descriptors (closed here), and sockets libcurl
-  // closed without the close callback (released, never closed: the number may be reused).
+  // What remains: our dup()s of libcurl's own descriptors, and of sockets libcurl closed
+  // without the close callback. Every descriptor we watch is our own dup: close them all.
   for (auto& [fd, s] : sockets_) {
     std::error_code ec;
-    if (s->foreign) {
-      s->desc.close(ec);
-    } else {
-      s->desc.release();
+    s->desc.close(ec);
+    if (!s->foreign)
       open_.add(-1);
-    }
     (void)fd;
   }
   sockets_.clear();
@@ -193,10 +190,12 @@ bool multi_driver::still_open(const socket_entry& s) noexcept {
   return ::fstat(s.fd, &st) == 0 && st.st_dev == s.dev && st.st_ino == s.ino;
 }
 
-// Drops the entry of a socket libcurl closed behind our back: releases the number without
-// closing it (it is closed already, or belongs to someone else now), cancels its waits.
+// Drops the entry of a socket libcurl closed behind our back. Its number is closed already, or
+// belongs to someone else now; what we watch is our own dup(), which we close: that ends the
+// socket, and its epoll deregistration names our number, which nobody else can hold.
 void multi_driver::forget_closed(socket_table::iterator it) {
-  it->second->desc.release();
+  std::error_code ec;
+  it->second->desc.close(ec);
   sockets_.erase(it);
   open_.add(-1);
 }
@@ -276,8 +275,7 @@ curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_soc
     return CURL_SOCKET_BAD;
   if (auto old = self->sockets_.find(fd); old != self->sockets_.end()) {
     // A stale entry for a descriptor libcurl closed without telling us (the number was free for
-    // socket() to return): close our dup of a foreign one; never close the number of one of
-    // ours, which is the socket just opened.
+    // socket() to return): close our dup of it.
     if (old->second->foreign) {
       std::error_code ec;
       old->second->desc.close(ec);
@@ -286,10 +284,19 @@ curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_soc
       self->forget_closed(old);
     }
   }
+  // libcurl gets `fd`; we watch a dup() of it. libcurl may close its number without telling us
+  // (see still_open), and the number may then go to another socket of this process: whatever
+  // we do to our own number afterwards (a close, an epoll deregistration) cannot touch it.
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    ::close(fd);
+    return CURL_SOCKET_BAD;
+  }
   auto s = std::make_unique<socket_entry>(self->ex_);
   std::error_code ec;
-  s->desc.assign(fd, ec);
+  s->desc.assign(copy, ec);
   if (ec) {
+    ::close(copy);
     ::close(fd);
     return CURL_SOCKET_BAD;
   }
@@ -312,10 +319,10 @@ int multi_driver::on_close_socket(void* clientp, curl_socket_t fd) {
   if (it == self->sockets_.end() || it->second->foreign)
     return ::close(fd);
   std::error_code ec;
-  it->second->desc.close(ec); // cancels its waits and closes the descriptor
+  it->second->desc.close(ec); // cancels its waits and closes our dup
   self->sockets_.erase(it);
   self->open_.add(-1);
-  return 0;
+  return ::close(fd);
 }
 
 } // namespace coretry::curl::detail
