@@ -3,6 +3,7 @@
 
 #include <coretry/breaker.hpp>
 #include <coretry/cancellation.hpp>
+#include <coretry/hedge.hpp>
 #include <coretry/rate_limit.hpp>
 #include <coretry/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
@@ -21,6 +22,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
+#include <asio/system_executor.hpp>
 #include <asio/thread_pool.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
@@ -32,6 +34,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -627,5 +630,356 @@ TEST_CASE("break: use_future on the controlled path, the io_context destroyed ri
     REQUIRE(f.wait_for(10s) == std::future_status::ready);
     std::this_thread::sleep_for(std::chrono::microseconds(50)); // the system thread lets go
     CHECK(f.get() == 3);
+  }
+}
+
+// --- Batched group cancel (one notice per execution context) --------------------------------
+
+namespace {
+
+struct counted {
+  std::shared_ptr<std::atomic<int>> calls = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> aborted = std::make_shared<std::atomic<int>>(0);
+  void operator()(std::error_code e, int) const {
+    calls->fetch_add(1);
+    if (e == asio::error::operation_aborted)
+      aborted->fetch_add(1);
+  }
+};
+
+asio::awaitable<int> ok_now() {
+  co_return 1;
+}
+
+} // namespace
+
+TEST_CASE("break-batch: cancel from a third thread while 2-thread io_contexts start, finish and "
+          "sleep operations") {
+  for (int round = 0; round < 30; ++round) {
+    asio::io_context a(2), b(2);
+    auto wa = asio::make_work_guard(a);
+    auto wb = asio::make_work_guard(b);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&] { a.run(); });
+      threads.emplace_back([&] { b.run(); });
+    }
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+    p.cancellation = source.token();
+    counted c;
+    constexpr int ops = 200;
+    auto sa = asio::make_strand(a); // shared user strand for some
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(50 * (round % 8)));
+      source.cancel();
+    });
+    for (int i = 0; i < ops; ++i) {
+      auto op = (i % 3 == 0) ? ok_now : (i % 3 == 1) ? fail_now : hang_steady;
+      switch (i % 4) {
+      case 0:
+        coretry::async_retry(a.get_executor(), op, p, c);
+        break;
+      case 1:
+        coretry::async_retry(b.get_executor(), op, p, c);
+        break;
+      case 2:
+        coretry::async_retry(sa, op, p, c);
+        break;
+      default:
+        coretry::async_retry(asio::any_io_executor(b.get_executor()), op, p, c);
+        break;
+      }
+    }
+    canceller.join();
+    wa.reset();
+    wb.reset();
+    for (auto& t : threads)
+      t.join();
+    CHECK(c.calls->load() == ops);
+  }
+}
+
+TEST_CASE("break-batch: an on_retry hook cancels its own source on a 2-thread io_context, with "
+          "peers on a thread_pool and a user strand") {
+  for (int round = 0; round < 30; ++round) {
+    asio::io_context io(2);
+    asio::thread_pool pool(2);
+    auto work = asio::make_work_guard(io);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i)
+      threads.emplace_back([&] { io.run(); });
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+    p.cancellation = source.token();
+    counted peers;
+    constexpr int n = 40;
+    auto st = asio::make_strand(io);
+    for (int i = 0; i < n; ++i) {
+      coretry::async_retry(io.get_executor(), hang_steady, p, peers);
+      coretry::async_retry(pool.get_executor(), fail_now, p, peers);
+      coretry::async_retry(st, fail_now, p, peers);
+    }
+    retry_policy q = p;
+    q.on_retry = [&](const coretry::retry_event&) { source.cancel(); };
+    counted self;
+    coretry::async_retry(st, fail_now, q, self);
+    coretry::async_retry(io.get_executor(), fail_now, coretry::shared_policy(q), self);
+    for (int i = 0; i < 2000 && (peers.calls->load() < 3 * n || self.calls->load() < 2); ++i)
+      std::this_thread::sleep_for(1ms);
+    work.reset();
+    for (auto& t : threads)
+      t.join();
+    pool.join();
+    CHECK(peers.calls->load() == 3 * n);
+    CHECK(peers.aborted->load() == 3 * n);
+    CHECK(self.calls->load() == 2);
+    CHECK(self.aborted->load() == 2);
+  }
+}
+
+TEST_CASE("break-batch: contexts destroyed on other threads while cancel() runs and while their "
+          "batches are queued, over more contexts than batches") {
+  for (int round = 0; round < 20; ++round) {
+    constexpr int contexts = 12;
+    constexpr int per = 30;
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+    p.cancellation = source.token();
+    std::vector<std::unique_ptr<asio::io_context>> ios;
+    std::vector<counted> cs(contexts);
+    for (int c = 0; c < contexts; ++c) {
+      ios.push_back(std::make_unique<asio::io_context>());
+      for (int i = 0; i < per; ++i)
+        coretry::async_retry(ios.back()->get_executor(), (i % 2) ? hang_steady : fail_now, p,
+                             cs[static_cast<std::size_t>(c)]);
+      ios.back()->poll();
+    }
+    std::atomic<bool> go{false};
+    std::vector<std::thread> killers;
+    for (int c = 0; c < contexts; c += 3)
+      killers.emplace_back([&, c] {
+        while (!go.load())
+          ;
+        if (round % 2)
+          std::this_thread::sleep_for(std::chrono::microseconds(c * 5));
+        ios[static_cast<std::size_t>(c)].reset();
+      });
+    go.store(true);
+    source.cancel();
+    for (auto& t : killers)
+      t.join();
+    for (int c = 0; c < contexts; ++c) {
+      if (c % 3 == 0) {
+        CHECK(cs[static_cast<std::size_t>(c)].calls->load() == 0);
+        continue;
+      }
+      ios[static_cast<std::size_t>(c)]->run();
+      CHECK(cs[static_cast<std::size_t>(c)].calls->load() == per);
+      CHECK(cs[static_cast<std::size_t>(c)].aborted->load() == per);
+    }
+  }
+}
+
+TEST_CASE("break-batch: a completion run inline by the batch cancels again, starts a new "
+          "operation with the token and drops the source") {
+  asio::io_context io;
+  auto source = std::make_unique<coretry::cancellation_source>();
+  retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+  p.cancellation = source->token();
+  counted late;
+  std::atomic<int> calls{0};
+  constexpr int n = 150; // more than a chunk
+  for (int i = 0; i < n; ++i)
+    coretry::async_retry(io.get_executor(), fail_now, p, [&](std::error_code e, int) {
+      calls.fetch_add(1);
+      CHECK(e == asio::error::operation_aborted);
+      if (source) {
+        CHECK_FALSE(source->cancel());
+        source.reset();
+      }
+      coretry::async_retry(io.get_executor(), hang_steady, p, late);
+    });
+  io.poll();
+  std::thread([&] { source->cancel(); }).join();
+  io.run();
+  CHECK(calls.load() == n);
+  CHECK(late.calls->load() == n);
+  CHECK(late.aborted->load() == n);
+}
+
+TEST_CASE("break-batch: an attempt cancels its own source before it suspends, on a strand of a "
+          "strand and on a thread_pool") {
+  asio::io_context io;
+  asio::thread_pool pool(2);
+  coretry::cancellation_source source;
+  retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+  p.cancellation = source.token();
+  counted c;
+  auto inner = asio::make_strand(io);
+  auto outer = asio::make_strand(inner);
+  for (int i = 0; i < 20; ++i) {
+    coretry::async_retry(outer, hang_steady, p, c);
+    coretry::async_retry(asio::any_io_executor(outer), hang_steady, p, c);
+    coretry::async_retry(pool.get_executor(), hang_steady, p, c);
+  }
+  coretry::async_retry(
+      outer,
+      [&]() -> asio::awaitable<int> {
+        source.cancel();
+        asio::steady_timer t(co_await asio::this_coro::executor, 1h);
+        co_await t.async_wait(asio::use_awaitable);
+        co_return 0;
+      },
+      p, c);
+  io.run();
+  for (int i = 0; i < 2000 && c.calls->load() < 61; ++i)
+    std::this_thread::sleep_for(1ms);
+  pool.join();
+  CHECK(c.calls->load() == 61);
+  CHECK(c.aborted->load() == 61);
+}
+
+TEST_CASE("break-batch: retry and hedge operations of one source, cancelled while finishing, "
+          "on a 2-thread io_context") {
+  for (int round = 0; round < 30; ++round) {
+    asio::io_context io(2);
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 2,
+                   .backoff =
+                       coretry::backoff::fixed(std::chrono::microseconds(100 + 37 * (round % 10)))};
+    p.cancellation = source.token();
+    counted c;
+    constexpr int n = 60;
+    for (int i = 0; i < n; ++i) {
+      coretry::async_retry(io.get_executor(), fail_now, p, c);
+      coretry::async_hedge(io.get_executor(), fail_now, p,
+                           coretry::hedge_options{.delay = std::chrono::microseconds(50)}, c);
+    }
+    std::thread t1([&] { io.run(); });
+    std::thread t2([&] { io.run(); });
+    std::this_thread::sleep_for(std::chrono::microseconds(100 + 30 * round));
+    source.cancel();
+    t1.join();
+    t2.join();
+    CHECK(c.calls->load() == 2 * n);
+  }
+}
+
+TEST_CASE("break-batch: a shared_policy used from many threads, lvalues not moved from") {
+  asio::thread_pool pool(2);
+  coretry::cancellation_source source;
+  retry_policy base{.max_attempts = 2, .backoff = coretry::backoff::fixed(1h), .seed = 7};
+  base.cancellation = source.token();
+  coretry::shared_policy sp(base);
+  counted c;
+  std::vector<std::thread> starters;
+  constexpr int per = 100;
+  for (int t = 0; t < 2; ++t)
+    starters.emplace_back([&] {
+      for (int i = 0; i < per; ++i) {
+        coretry::async_retry(pool.get_executor(), fail_now, sp, c);
+        coretry::async_retry(asio::make_strand(pool), fail_now, std::as_const(sp), c);
+      }
+    });
+  for (auto& t : starters)
+    t.join();
+  CHECK(static_cast<bool>(sp));
+  retry_policy lv = base;
+  coretry::async_retry(pool.get_executor(), fail_now, lv, c);
+  CHECK(lv.cancellation.can_be_cancelled()); // copied, not moved
+  asio::co_spawn(
+      pool,
+      [&, sp]() -> asio::awaitable<void> {
+        try {
+          co_await coretry::retry_async(fail_now, sp);
+        } catch (const std::system_error& e) {
+          c(e.code(), 0);
+        }
+      },
+      asio::detached);
+  std::this_thread::sleep_for(2ms);
+  source.cancel();
+  for (int i = 0; i < 2000 && c.calls->load() < 4 * per + 2; ++i)
+    std::this_thread::sleep_for(1ms);
+  pool.join();
+  CHECK(c.calls->load() == 4 * per + 2);
+  CHECK(c.aborted->load() == 4 * per + 2);
+  coretry::shared_policy gone = std::move(sp);
+  CHECK_THROWS_AS(coretry::async_retry(pool.get_executor(), fail_now, sp, c),
+                  std::invalid_argument);
+}
+
+TEST_CASE("break-batch: thread_pools and io_contexts destroyed on other threads while cancel() "
+          "posts, operations cycling through zero-delay retries") {
+  for (int round = 0; round < 15; ++round) {
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 1000000, .backoff = coretry::backoff::fixed(0ms)};
+    p.cancellation = source.token();
+    auto pool = std::make_unique<asio::thread_pool>(1);
+    auto io = std::make_unique<asio::io_context>();
+    auto io2 = std::make_unique<asio::io_context>();
+    counted c, c2;
+    for (int i = 0; i < 40; ++i) {
+      coretry::async_retry(pool->get_executor(), fail_now, p, c);
+      coretry::async_retry(io->get_executor(), fail_now, p, c);
+      coretry::async_retry(asio::make_strand(io2->get_executor()), fail_now, p, c2);
+    }
+    std::thread runner([&] { io->run_for(std::chrono::microseconds(300)); });
+    io2->run_for(std::chrono::microseconds(200));
+    runner.join();
+    std::atomic<bool> go{false};
+    std::thread killer([&] {
+      while (!go.load())
+        ;
+      pool.reset();
+      io.reset();
+    });
+    go.store(true);
+    source.cancel();
+    killer.join();
+    io2->run();
+    CHECK(c2.calls->load() == 40);
+    CHECK(c2.aborted->load() == 40);
+    CHECK(c.calls->load() <= 80);
+  }
+}
+
+TEST_CASE(
+    "break-batch: strand-of-strand inside any_io_executor, system_executor and blocking.never "
+    "executors, on a 2-thread io_context") {
+  for (int round = 0; round < 20; ++round) {
+    asio::io_context io(2);
+    auto work = asio::make_work_guard(io);
+    std::thread t1([&] { io.run(); });
+    std::thread t2([&] { io.run(); });
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+    p.cancellation = source.token();
+    counted c;
+    auto s1 = asio::make_strand(io);
+    auto s2 = asio::make_strand(s1);
+    auto never = asio::require(io.get_executor(), asio::execution::blocking.never);
+    int n = 0;
+    for (int i = 0; i < 30; ++i) {
+      coretry::async_retry(asio::any_io_executor(s2), i % 2 ? fail_now : hang_steady, p, c);
+      coretry::async_retry(s2, i % 2 ? fail_now : hang_steady, p, c);
+      coretry::async_retry(never, i % 2 ? fail_now : hang_steady, p, c);
+      coretry::async_retry(asio::any_io_executor(s1), i % 2 ? fail_now : hang_steady, p, c);
+      n += 4;
+    }
+    for (int i = 0; i < 3; ++i) {
+      coretry::async_retry(asio::system_executor(), fail_now, p, c);
+      ++n;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * (round % 5)));
+    source.cancel();
+    for (int i = 0; i < 3000 && c.calls->load() < n; ++i)
+      std::this_thread::sleep_for(1ms);
+    work.reset();
+    t1.join();
+    t2.join();
+    CHECK(c.calls->load() == n);
+    CHECK(c.aborted->load() == n);
   }
 }
