@@ -228,7 +228,10 @@ private:
 /// holds a pointer rather than its own copy of the `retry_policy`: about 300 bytes less per
 /// operation, and no copy of the policy's `std::function`s and `shared_ptr`s at each call.
 /// Cheap to copy; safe to use from any thread. The jitter seed behaves as for copies of one
-/// `retry_policy` (see `jitter_seed`).
+/// `retry_policy` (see `jitter_seed`). Its hooks and predicates are one object for every
+/// operation, which may call them from several threads at once: a stateful one (a `mutable`
+/// lambda, say) must be safe to call concurrently, where a `retry_policy` would copy it into each
+/// operation.
 ///
 /// ```
 /// static const coretry::shared_policy policy{{.max_attempts = 5, .deadline = 10s}};
