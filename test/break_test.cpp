@@ -44,12 +44,6 @@ using coretry::retry_policy;
 
 namespace {
 
-asio::awaitable<int> hang_steady() {
-  asio::steady_timer t(co_await asio::this_coro::executor, 1h);
-  co_await t.async_wait(asio::use_awaitable);
-  co_return 0;
-}
-
 asio::awaitable<int> fail_now() {
   throw std::system_error(make_error_code(std::errc::connection_refused));
   co_return 0;
@@ -389,10 +383,11 @@ TEST_CASE("break: a deadline of one nanosecond completes once, with deadline_exc
     int n = 0;
     std::error_code ec;
     coretry::retry_stats stats;
-    coretry::async_retry(io.get_executor(), hang_steady, p, stats, [&](std::error_code e, int) {
-      ++n;
-      ec = e;
-    });
+    coretry::async_retry(io.get_executor(), hang_on_steady_timer, p, stats,
+                         [&](std::error_code e, int) {
+                           ++n;
+                           ec = e;
+                         });
     io.run();
     io.restart();
     CHECK(n == 1);
@@ -423,7 +418,7 @@ TEST_CASE("break: a group cancel at the instant an attempt times out, on a 2-thr
     for (int i = 0; i < ops; ++i) {
       signals.push_back(std::make_unique<asio::cancellation_signal>());
       coretry::async_retry(
-          strand, hang_steady, p,
+          strand, hang_on_steady_timer, p,
           asio::bind_cancellation_slot(signals.back()->slot(), [&](std::error_code e, int) {
             calls.fetch_add(1);
             if (e != asio::error::operation_aborted && e != coretry::errc::attempt_timeout)
@@ -459,7 +454,7 @@ TEST_CASE("break: io_context destroyed after each step of a timed operation") {
       p.cancellation = source.token();
       asio::cancellation_signal signal;
       coretry::async_retry(
-          io.get_executor(), hang_steady, p,
+          io.get_executor(), hang_on_steady_timer, p,
           asio::bind_cancellation_slot(signal.slot(), [calls](std::error_code, int) { ++*calls; }));
       for (int i = 0; i < steps; ++i) {
         if (io.run_one_for(5ms) == 0)
@@ -511,8 +506,8 @@ TEST_CASE("break: a breaker and a sending rate hear about every attempt while a 
     std::vector<coretry::retry_stats> stats(ops);
     std::atomic<int> calls{0};
     for (int i = 0; i < ops; ++i)
-      coretry::async_retry(io.get_executor(), (i % 2) ? hang_steady : fail_now, p, stats[i],
-                           [&](std::error_code, int) { calls.fetch_add(1); });
+      coretry::async_retry(io.get_executor(), (i % 2) ? hang_on_steady_timer : fail_now, p,
+                           stats[i], [&](std::error_code, int) { calls.fetch_add(1); });
     std::thread t([&] { io.run(); });
     std::this_thread::sleep_for(std::chrono::microseconds(500 + round * 200));
     source.cancel();
@@ -675,7 +670,7 @@ TEST_CASE("break-batch: cancel from a third thread while 2-thread io_contexts st
       source.cancel();
     });
     for (int i = 0; i < ops; ++i) {
-      auto op = (i % 3 == 0) ? ok_now : (i % 3 == 1) ? fail_now : hang_steady;
+      auto op = (i % 3 == 0) ? ok_now : (i % 3 == 1) ? fail_now : hang_on_steady_timer;
       switch (i % 4) {
       case 0:
         coretry::async_retry(a.get_executor(), op, p, c);
@@ -716,7 +711,7 @@ TEST_CASE("break-batch: an on_retry hook cancels its own source on a 2-thread io
     constexpr int n = 40;
     auto st = asio::make_strand(io);
     for (int i = 0; i < n; ++i) {
-      coretry::async_retry(io.get_executor(), hang_steady, p, peers);
+      coretry::async_retry(io.get_executor(), hang_on_steady_timer, p, peers);
       coretry::async_retry(pool.get_executor(), fail_now, p, peers);
       coretry::async_retry(st, fail_now, p, peers);
     }
@@ -751,8 +746,8 @@ TEST_CASE("break-batch: contexts destroyed on other threads while cancel() runs 
     for (int c = 0; c < contexts; ++c) {
       ios.push_back(std::make_unique<asio::io_context>());
       for (int i = 0; i < per; ++i)
-        coretry::async_retry(ios.back()->get_executor(), (i % 2) ? hang_steady : fail_now, p,
-                             cs[static_cast<std::size_t>(c)]);
+        coretry::async_retry(ios.back()->get_executor(), (i % 2) ? hang_on_steady_timer : fail_now,
+                             p, cs[static_cast<std::size_t>(c)]);
       ios.back()->poll();
     }
     std::atomic<bool> go{false};
@@ -798,7 +793,7 @@ TEST_CASE("break-batch: a completion run inline by the batch cancels again, star
         CHECK_FALSE(source->cancel());
         source.reset();
       }
-      coretry::async_retry(io.get_executor(), hang_steady, p, late);
+      coretry::async_retry(io.get_executor(), hang_on_steady_timer, p, late);
     });
   io.poll();
   std::thread([&] { source->cancel(); }).join();
@@ -819,9 +814,9 @@ TEST_CASE("break-batch: an attempt cancels its own source before it suspends, on
   auto inner = asio::make_strand(io);
   auto outer = asio::make_strand(inner);
   for (int i = 0; i < 20; ++i) {
-    coretry::async_retry(outer, hang_steady, p, c);
-    coretry::async_retry(asio::any_io_executor(outer), hang_steady, p, c);
-    coretry::async_retry(pool.get_executor(), hang_steady, p, c);
+    coretry::async_retry(outer, hang_on_steady_timer, p, c);
+    coretry::async_retry(asio::any_io_executor(outer), hang_on_steady_timer, p, c);
+    coretry::async_retry(pool.get_executor(), hang_on_steady_timer, p, c);
   }
   coretry::async_retry(
       outer,
@@ -962,10 +957,12 @@ TEST_CASE(
     auto never = asio::require(io.get_executor(), asio::execution::blocking.never);
     int n = 0;
     for (int i = 0; i < 30; ++i) {
-      coretry::async_retry(asio::any_io_executor(s2), i % 2 ? fail_now : hang_steady, p, c);
-      coretry::async_retry(s2, i % 2 ? fail_now : hang_steady, p, c);
-      coretry::async_retry(never, i % 2 ? fail_now : hang_steady, p, c);
-      coretry::async_retry(asio::any_io_executor(s1), i % 2 ? fail_now : hang_steady, p, c);
+      coretry::async_retry(asio::any_io_executor(s2), i % 2 ? fail_now : hang_on_steady_timer, p,
+                           c);
+      coretry::async_retry(s2, i % 2 ? fail_now : hang_on_steady_timer, p, c);
+      coretry::async_retry(never, i % 2 ? fail_now : hang_on_steady_timer, p, c);
+      coretry::async_retry(asio::any_io_executor(s1), i % 2 ? fail_now : hang_on_steady_timer, p,
+                           c);
       n += 4;
     }
     for (int i = 0; i < 3; ++i) {

@@ -8,6 +8,7 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/fake_gate.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -40,6 +41,8 @@ using namespace coretry::testing;
 using coretry::hedge_options;
 using coretry::hedge_stats;
 using coretry::retry_policy;
+
+using coretry::test::fake_gate;
 
 namespace {
 
@@ -113,24 +116,6 @@ struct hedged_op {
     for (const auto& r : records)
       n += r.cancelled;
     return n;
-  }
-};
-
-struct fake_gate final : coretry::attempt_gate {
-  bool open = false;
-  int granted = 0;
-  std::vector<std::string> log; ///< one entry per outcome reported
-  bool try_acquire(std::chrono::nanoseconds) noexcept override {
-    if (open)
-      return false;
-    ++granted;
-    return true;
-  }
-  void on_success(std::chrono::nanoseconds) noexcept override { log.push_back("success"); }
-  void on_failure(std::chrono::nanoseconds) noexcept override { log.push_back("failure"); }
-  void on_abandoned(std::chrono::nanoseconds) noexcept override { log.push_back("abandoned"); }
-  int count(const std::string& what) const {
-    return static_cast<int>(std::count(log.begin(), log.end(), what));
   }
 };
 

@@ -27,13 +27,6 @@ using coretry::retry_policy;
 
 namespace {
 
-/// An attempt that waits (cancellably) on a real timer for an hour.
-asio::awaitable<int> hang_on_steady_timer() {
-  asio::steady_timer t(co_await asio::this_coro::executor, 1h);
-  co_await t.async_wait(asio::use_awaitable);
-  co_return 0;
-}
-
 /// Counts how often a handler ran and how many of its copies still exist.
 struct tracked_handler {
   std::shared_ptr<std::atomic<int>> calls;

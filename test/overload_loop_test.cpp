@@ -6,6 +6,7 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/fake_gate.hpp>
 #include <support/test_ops.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
@@ -25,21 +26,6 @@ using namespace coretry::testing;
 using coretry::retry_policy;
 
 namespace {
-
-struct fake_gate final : coretry::attempt_gate {
-  bool open = false;
-  int granted = 0;
-  std::vector<std::string> log; ///< one entry per granted attempt
-  bool try_acquire(std::chrono::nanoseconds) noexcept override {
-    if (open)
-      return false;
-    ++granted;
-    return true;
-  }
-  void on_success(std::chrono::nanoseconds) noexcept override { log.push_back("success"); }
-  void on_failure(std::chrono::nanoseconds) noexcept override { log.push_back("failure"); }
-  void on_abandoned(std::chrono::nanoseconds) noexcept override { log.push_back("abandoned"); }
-};
 
 struct fake_rate final : coretry::send_rate {
   std::deque<std::chrono::nanoseconds> waits;

@@ -18,14 +18,6 @@
 
 namespace {
 
-request post(std::string url) {
-  request r;
-  r.method = "POST";
-  r.url = std::move(url);
-  r.body = "order=1";
-  return r;
-}
-
 std::string refusal(const request& req) {
   asio::io_context io;
   client c(io.get_executor());

@@ -24,14 +24,6 @@ coretry::retry_policy fast_policy(unsigned attempts, std::chrono::milliseconds m
   return p;
 }
 
-request post(std::string url) {
-  request r;
-  r.method = "POST";
-  r.url = std::move(url);
-  r.body = "order=1";
-  return r;
-}
-
 std::string http_date(std::time_t t) {
   char buf[64];
   std::tm tm{};

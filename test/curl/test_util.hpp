@@ -32,6 +32,15 @@ inline curl::request get(std::string url) {
   return r;
 }
 
+/// A POST with a small form body: not idempotent unless the test adds an Idempotency-Key.
+inline curl::request post(std::string url) {
+  curl::request r;
+  r.method = "POST";
+  r.url = std::move(url);
+  r.body = "order=1";
+  return r;
+}
+
 /// Runs `io` until `done()` holds (the fault server keeps `io` busy forever; without one, `io`
 /// is restarted whenever it ran out of work); fails after 20 s.
 template <class Predicate> void run_until(asio::io_context& io, Predicate done) {
@@ -122,6 +131,7 @@ using coretry::curl::response;
 using coretry::test::get;
 using coretry::test::http_action;
 using coretry::test::http_fault_server;
+using coretry::test::post;
 using coretry::test::run_for;
 using coretry::test::run_until;
 using coretry::test::run_until_done;

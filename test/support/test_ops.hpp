@@ -5,6 +5,7 @@
 
 #include <asio/awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 
@@ -62,5 +63,12 @@ struct scripted_op {
     co_return s.value;
   }
 };
+
+/// An attempt that waits (cancellably) on a real timer for an hour.
+inline asio::awaitable<int> hang_on_steady_timer() {
+  asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::hours(1));
+  co_await t.async_wait(asio::use_awaitable);
+  co_return 0;
+}
 
 } // namespace coretry::test
