@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -368,6 +369,40 @@ TEST_CASE("a shared_policy is checked once, serves every front end, and refuses 
   CHECK_THROWS_AS(
       coretry::async_retry<manual_timer>(io.get_executor(), op, moved, [](std::error_code, int) {}),
       std::invalid_argument);
+}
+
+TEST_CASE(
+    "retry_async keeps no reference to the policy it was given: it may die before the await") {
+  manual_clock::reset();
+  asio::io_context io;
+  int calls = 0;
+  auto op = [&]() -> asio::awaitable<int> {
+    if (++calls % 2 == 1)
+      throw std::system_error(refused);
+    co_return calls;
+  };
+  std::vector<int> got;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (const bool controlled : {false, true}) {
+          std::optional<asio::awaitable<int>> pending;
+          {
+            auto policy = std::make_unique<retry_policy>(fixed_policy(3, 10ms));
+            if (controlled)
+              policy->deadline = 1h;
+            policy->on_retry = [tag = std::string(64, 'x')](const coretry::retry_event&) {};
+            pending.emplace(coretry::retry_async<manual_timer>(op, *policy));
+            const coretry::shared_policy shared(*policy);
+            policy.reset(); // the lvalue is gone (ASan would see a read of it)
+            got.push_back(co_await coretry::retry_async<manual_timer>(op, shared));
+          } // and so is the shared_policy the caller held
+          got.push_back(co_await std::move(*pending));
+        }
+      },
+      asio::detached);
+  drive(io, [&] { return got.size() == 4; });
+  CHECK(got == std::vector<int>{2, 4, 6, 8});
 }
 
 // The example of docs/core.md, kept compiling and passing here.
