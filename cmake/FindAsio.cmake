@@ -14,11 +14,6 @@ if(Asio_FOUND AND NOT TARGET Asio::Asio)
   find_package(Threads REQUIRED)
   add_library(Asio::Asio INTERFACE IMPORTED)
   set_target_properties(Asio::Asio PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Asio_INCLUDE_DIR}")
-  # ASIO_DISABLE_STD_ALIGNED_ALLOC: Asio 1.22 picks std::aligned_alloc only when libstdc++'s
-  # _GLIBCXX_HAVE_ALIGNED_ALLOC is already defined, i.e. when a standard header was included
-  # before Asio's. Two translation units could then allocate and free the same frames with
-  # different functions (ASan: alloc-dealloc-mismatch). One choice for every unit ends that.
-  target_compile_definitions(Asio::Asio INTERFACE ASIO_NO_DEPRECATED ASIO_DISABLE_STD_ALIGNED_ALLOC)
   target_link_libraries(Asio::Asio INTERFACE Threads::Threads)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     # clang 14 with libstdc++: Asio does not detect coroutine support on its own.

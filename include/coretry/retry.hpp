@@ -33,6 +33,7 @@
 /// `now()`; `coretry::testing::manual_timer` (coretry/testing/manual_clock.hpp) runs the loop
 /// on a clock that a test moves.
 
+#include <coretry/config.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/policy.hpp>
 

@@ -2,6 +2,8 @@
 /// \file
 /// `coretry::curl::client`: HTTP transfers on a libcurl multi handle driven by Asio.
 
+#include <coretry/export.hpp>
+#include <coretry/config.hpp>
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/request.hpp>
 
@@ -41,7 +43,7 @@ enum class http_version_option : std::uint8_t {
 
 /// Limits, HTTP version and TLS settings of a `client`. Every field has a default; `client`'s
 /// constructor calls `validate()`.
-struct client_options {
+struct CORETRY_CURL_API client_options {
   /// Connections open at once, over all hosts (`CURLMOPT_MAX_TOTAL_CONNECTIONS`); 0 = unlimited.
   /// An HTTP/2 connection counts once, however many requests it carries
   /// (`max_streams_per_connection`).
@@ -104,11 +106,11 @@ class client;
 
 namespace detail {
 
-class client_impl;
+class CORETRY_CURL_API client_impl;
 struct transfer;
 
 /// The type-erased completion handler of one perform.
-struct perform_completion {
+struct CORETRY_CURL_API perform_completion {
   virtual ~perform_completion() = default;
   /// Hands the result to the handler through its associated executor (never inline).
   virtual void complete(std::error_code ec, response r) = 0;
@@ -145,7 +147,7 @@ struct cancel_hook {
 
 /// What `coretry::curl::retry` needs of a client: its shared state, which a sleeping retry
 /// holds only weakly (see `retry`), and the waiting-retries counter.
-struct client_access {
+struct CORETRY_CURL_API client_access {
   static std::weak_ptr<client_impl> state(const client& c) noexcept;
   /// Whether `impl` still takes transfers (its client has not been destroyed).
   static bool open(const client_impl& impl) noexcept;
@@ -204,7 +206,7 @@ asio::awaitable<response> perform_throwing(std::shared_ptr<client_impl> impl,
 /// closes every connection at once and releases libcurl's handles; a `coretry::curl::retry`
 /// asleep at that moment holds no reference to the client and ends with `operation_aborted`
 /// without another attempt (see `retry`).
-class client {
+class CORETRY_CURL_API client {
 public:
   using executor_type = asio::any_io_executor;
 

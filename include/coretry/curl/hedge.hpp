@@ -3,6 +3,7 @@
 /// `coretry::curl::hedge`: an HTTP request hedged under a `coretry::retry_policy` and
 /// `coretry::hedge_options`, with the HTTP classification of `coretry::curl::retry`.
 
+#include <coretry/config.hpp>
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/request.hpp>

@@ -3,6 +3,7 @@
 /// `coretry::curl::retry`: an HTTP request under a `coretry::retry_policy`, with HTTP-aware
 /// classification and `Retry-After`.
 
+#include <coretry/config.hpp>
 #include <coretry/attempt.hpp>
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/client.hpp>

@@ -3,6 +3,7 @@
 // did and what time it is, stop (and report what) or sleep (and for how long). Private: the
 // loop in retry_loop.hpp drives it; tests drive it directly.
 
+#include <coretry/config.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/random.hpp>
