@@ -1,0 +1,9 @@
+#include "parentlib.hpp"
+
+#include <cstdio>
+
+int main() {
+  auto d = describe_backoff();
+  std::printf("exporting_parent: %s\n", d.c_str());
+  return d.empty() ? 1 : 0;
+}

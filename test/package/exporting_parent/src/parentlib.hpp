@@ -1,0 +1,5 @@
+#pragma once
+#include <string>
+
+// The parent project's own library; its implementation uses coretry.
+std::string describe_backoff();
