@@ -2,6 +2,7 @@
 /// \file
 /// Backoff strategies: how long to wait before each retry.
 
+#include <coretry/export.hpp>
 #include <coretry/random.hpp>
 
 #include <chrono>
@@ -27,12 +28,12 @@ using std::chrono::nanoseconds;
 enum class jitter_kind : std::uint8_t { none, full, equal, decorrelated, normal, additive };
 
 /// The name of a jitter kind ("none", "full", ...), for flags and reports.
-std::string_view to_string(jitter_kind kind) noexcept;
+CORETRY_API std::string_view to_string(jitter_kind kind) noexcept;
 /// Parses the names printed by `to_string`; `std::nullopt` for anything else.
 std::optional<jitter_kind> parse_jitter_kind(std::string_view name) noexcept;
 
 /// A jitter kind with its parameter. Build it with the named constructors.
-struct jitter {
+struct CORETRY_API jitter {
   jitter_kind kind = jitter_kind::none;
   double relative_stddev = 0.0; ///< `normal` only: standard deviation as a fraction of `d`.
   nanoseconds max_extra{0};     ///< `additive` only: the upper bound of the added uniform delay.
@@ -74,7 +75,7 @@ struct jitter {
 ///
 /// Decorrelated jitter with the same parameters draws `U(100ms, 3 * previous)` capped at 10 s:
 /// 100–300 ms first, then up to 900 ms, 2.7 s, 8.1 s, 10 s.
-class backoff {
+class CORETRY_API backoff {
 public:
   /// The same delay before every retry. `delay` may be zero (retry at once); negative throws.
   static backoff fixed(nanoseconds delay);

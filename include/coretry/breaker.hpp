@@ -3,6 +3,7 @@
 /// `circuit_breaker`: stops sending to an upstream that keeps failing, and probes it before
 /// sending again.
 
+#include <coretry/export.hpp>
 #include <coretry/overload.hpp>
 
 #include <atomic>
@@ -25,7 +26,7 @@ enum class breaker_state : std::uint8_t {
 };
 
 /// "closed", "open" or "half_open".
-const char* to_string(breaker_state s) noexcept;
+CORETRY_API const char* to_string(breaker_state s) noexcept;
 
 /// Settings of a `circuit_breaker`. Each trigger can be switched off (0), not both.
 struct circuit_breaker_options {
@@ -85,7 +86,7 @@ struct circuit_breaker_options {
 /// when half-open, the probes in flight and their successes), changed by compare-and-swap.
 ///
 /// Throws `std::invalid_argument` naming the field and value when an option is out of range.
-class circuit_breaker final : public attempt_gate {
+class CORETRY_API circuit_breaker final : public attempt_gate {
 public:
   explicit circuit_breaker(circuit_breaker_options options = {});
   ~circuit_breaker() override;

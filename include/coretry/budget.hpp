@@ -2,6 +2,7 @@
 /// \file
 /// Retry budgets: limits shared by many operations so that retries cannot multiply an outage.
 
+#include <coretry/export.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -19,7 +20,7 @@ class window_counter;
 /// The loop calls `on_request()` once per operation, `on_success()` / `on_failure()` once per
 /// attempt outcome, and `try_retry()` before each retry; a `false` there ends the operation with
 /// `errc::budget_exhausted` in `retry_stats::reason`.
-class retry_budget {
+class CORETRY_API retry_budget {
 public:
   virtual ~retry_budget() = default;
   // `now`: time since the epoch of the loop's clock (`Timer::clock_type`).
@@ -36,7 +37,7 @@ public:
 ///
 /// Throws `std::invalid_argument` unless `0 < max_tokens <= 1'000'000` and
 /// `0 < token_ratio <= max_tokens`.
-class token_bucket_budget final : public retry_budget {
+class CORETRY_API token_bucket_budget final : public retry_budget {
 public:
   explicit token_bucket_budget(double max_tokens = 10.0, double token_ratio = 0.1);
 
@@ -90,7 +91,7 @@ struct ratio_budget_options {
 /// now and then refused that a slower caller would have got.
 ///
 /// Throws `std::invalid_argument` naming the field when an option is out of range.
-class ratio_budget final : public retry_budget {
+class CORETRY_API ratio_budget final : public retry_budget {
 public:
   explicit ratio_budget(ratio_budget_options options = {});
   ~ratio_budget() override;

@@ -2,6 +2,7 @@
 /// \file
 /// Group cancellation: one source stops any number of in-flight retry operations, from any thread.
 
+#include <coretry/export.hpp>
 #include <memory>
 
 namespace coretry {
@@ -12,7 +13,7 @@ struct cancellation_registration;
 
 /// A notice for every operation of one execution context, posted once to that context by
 /// `cancel()` (see `cancellation_registration::batched`). Holds the source weakly.
-struct cancellation_batch {
+struct CORETRY_API cancellation_batch {
   std::weak_ptr<cancellation_state> state;
   unsigned index = 0;
   void operator()() const noexcept;
@@ -71,7 +72,7 @@ class cancellation_token;
 /// an operation started with an already cancelled token completes that way without running an
 /// attempt. To drive it from a `std::stop_token`, register
 /// `std::stop_callback cb(stop, [source] { source.cancel(); })`.
-class cancellation_source {
+class CORETRY_API cancellation_source {
 public:
   cancellation_source();
 
@@ -92,7 +93,7 @@ private:
 
 /// The observing side, stored in `retry_policy::cancellation`. A default-constructed token is
 /// never cancelled and costs nothing.
-class cancellation_token {
+class CORETRY_API cancellation_token {
 public:
   cancellation_token() noexcept = default;
 

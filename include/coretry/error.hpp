@@ -3,6 +3,7 @@
 /// coretry's error codes. Cancellation is not one of them: a cancelled retry completes with
 /// `asio::error::operation_aborted`, the code every Asio user already tests for.
 
+#include <coretry/export.hpp>
 #include <string>
 #include <system_error>
 
@@ -43,7 +44,7 @@ enum class errc {
 };
 
 /// The category of `coretry::errc`; its name is "coretry".
-const std::error_category& retry_category() noexcept;
+CORETRY_API const std::error_category& retry_category() noexcept;
 
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), retry_category()};

@@ -9,6 +9,7 @@
 /// Every `now` is the time since the epoch of the loop's clock (`Timer::clock_type`), so the
 /// same object works under the manual test clock.
 
+#include <coretry/export.hpp>
 #include <chrono>
 
 namespace coretry {
@@ -19,7 +20,7 @@ namespace coretry {
 /// `on_success` (it succeeded, or failed in a way that says nothing about the upstream's health:
 /// an error the policy does not retry), `on_failure` (a retryable failure: the upstream is
 /// unwell), or `on_abandoned` (the caller cancelled it).
-class attempt_gate {
+class CORETRY_API attempt_gate {
 public:
   virtual ~attempt_gate() = default;
   virtual bool try_acquire(std::chrono::nanoseconds now) noexcept = 0;
@@ -34,7 +35,7 @@ public:
 /// `errc::deadline_exceeded` rather than wait past the deadline. After the attempt it calls
 /// `on_throttle` when the attempt was throttled or timed out (see
 /// `retry_policy::throttle_if`), else `on_success`; nothing for a cancelled attempt.
-class send_rate {
+class CORETRY_API send_rate {
 public:
   virtual ~send_rate() = default;
   virtual std::chrono::nanoseconds acquire(std::chrono::nanoseconds now) noexcept = 0;

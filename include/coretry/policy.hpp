@@ -2,6 +2,7 @@
 /// \file
 /// `retry_policy`: everything a retry loop needs to know, as one aggregate.
 
+#include <coretry/export.hpp>
 #include <coretry/backoff.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
@@ -144,7 +145,7 @@ template <class Predicate> struct filtered_type<void, Predicate> {
 ///
 /// Hooks and predicates run on the operation's executor and should not throw: one that does
 /// stops the operation at once with `errc::unexpected_exception` (see `retry_async`).
-struct retry_policy {
+struct CORETRY_API retry_policy {
   /// Attempts in total, the first included (1 = never retry). Must be at least 1.
   unsigned max_attempts = 3;
   /// Overall time limit from the start, covering attempts and sleeps: an attempt still running at
@@ -237,7 +238,7 @@ private:
 /// static const coretry::shared_policy policy{{.max_attempts = 5, .deadline = 10s}};
 /// co_await coretry::retry_async(op, policy);
 /// ```
-class shared_policy {
+class CORETRY_API shared_policy {
 public:
   /// Throws `std::invalid_argument` as `retry_policy::validate` does.
   explicit shared_policy(retry_policy p);
@@ -273,7 +274,7 @@ inline const retry_policy& policy_of(const shared_policy& p) noexcept {
 inline void check_policy(const retry_policy& p) {
   p.validate();
 }
-void check_policy(const shared_policy& p);
+CORETRY_API void check_policy(const shared_policy& p);
 } // namespace detail
 
 } // namespace coretry

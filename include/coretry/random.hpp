@@ -2,6 +2,7 @@
 /// \file
 /// The per-operation random source behind every jittered delay.
 
+#include <coretry/export.hpp>
 #include <cstdint>
 #include <limits>
 
@@ -13,7 +14,7 @@ namespace coretry {
 ///
 /// Not cryptographic. Seed it for reproducible tests; `fast_rng::from_entropy()` gives each
 /// operation a distinct stream without touching `std::random_device` more than once per thread.
-class fast_rng {
+class CORETRY_API fast_rng {
 public:
   using result_type = std::uint64_t;
 

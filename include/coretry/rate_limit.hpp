@@ -3,6 +3,7 @@
 /// `adaptive_rate_limiter`: a client-side sending rate that backs off when the upstream throttles
 /// or times out and probes back up as it answers (the "adaptive" retry mode of the AWS SDKs).
 
+#include <coretry/export.hpp>
 #include <coretry/overload.hpp>
 
 #include <atomic>
@@ -57,7 +58,7 @@ struct adaptive_rate_options {
 /// throttles of one batch counting as one.
 ///
 /// Throws `std::invalid_argument` naming the field and value when an option is out of range.
-class adaptive_rate_limiter final : public send_rate {
+class CORETRY_API adaptive_rate_limiter final : public send_rate {
 public:
   explicit adaptive_rate_limiter(adaptive_rate_options options = {});
 

@@ -2,6 +2,7 @@
 /// \file
 /// The HTTP retry classification used by `coretry::curl::retry`, public for other retry loops.
 
+#include <coretry/export.hpp>
 #include <coretry/curl/request.hpp>
 
 #include <string_view>
@@ -21,7 +22,7 @@ bool is_retryable(const std::error_code& ec) noexcept;
 
 /// Whether an HTTP status is worth retrying: 408, 429, 500, 502, 503 and 504. Every other
 /// status, other 4xx in particular, is final.
-bool is_retryable_status(long status) noexcept;
+CORETRY_CURL_API bool is_retryable_status(long status) noexcept;
 
 /// Whether a method is idempotent (RFC 9110): GET, HEAD, OPTIONS, PUT, DELETE, TRACE.
 /// Compared case-sensitively, as methods are.
@@ -29,7 +30,7 @@ bool is_idempotent(std::string_view method) noexcept;
 
 /// Whether `coretry::curl::retry` may send `req` more than once: its method is idempotent, it
 /// carries an `Idempotency-Key` header, or `req.retry_non_idempotent` is set.
-bool may_retry(const request& req) noexcept;
+CORETRY_CURL_API bool may_retry(const request& req) noexcept;
 
 /// Whether the server's `Retry-After` should be honoured for this status (429 and 503).
 inline bool honours_retry_after(long status) noexcept {

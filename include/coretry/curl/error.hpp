@@ -2,6 +2,7 @@
 /// \file
 /// Transport errors of the libcurl adapter: `CURLcode` values as `std::error_code`.
 
+#include <coretry/export.hpp>
 #include <system_error>
 
 namespace coretry::curl {
@@ -44,12 +45,12 @@ bool is_tls_error(const std::error_code& ec) noexcept;
 /// The category of libcurl transfer errors (`CURLcode`); its name is "curl" and its messages
 /// come from `curl_easy_strerror`, except for TLS failures, whose messages say what failed
 /// ("TLS: the server's certificate was not verified ..."). Thread-safe.
-const std::error_category& curl_category() noexcept;
+CORETRY_CURL_API const std::error_category& curl_category() noexcept;
 
 /// A category whose values are HTTP status codes ("HTTP 503 Service Unavailable"). A status is
 /// never a transport error; `coretry::curl::retry` uses this category only to tell its
 /// `on_retry` hook which status caused a retry. Thread-safe.
-const std::error_category& http_status_category() noexcept;
+CORETRY_CURL_API const std::error_category& http_status_category() noexcept;
 
 /// `{status, http_status_category()}`.
 inline std::error_code make_http_status_error(long status) noexcept {

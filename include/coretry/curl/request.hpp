@@ -2,6 +2,7 @@
 /// \file
 /// `request` and `response`: what `client::perform` sends and returns.
 
+#include <coretry/export.hpp>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -35,7 +36,7 @@ enum class tls_version : std::uint8_t { tls1_0, tls1_1, tls1_2, tls1_3 };
 /// `client_options::tls` applies to every request of a client; `request::tls`, when set,
 /// replaces it as a whole for that request (the fields are not merged). A connection is reused
 /// only by requests with the same TLS settings.
-struct tls_options {
+struct CORETRY_CURL_API tls_options {
   /// A PEM file of CA certificates to trust instead of the system bundle (`CURLOPT_CAINFO`).
   std::string ca_file{};
   /// A directory of PEM CA certificates named by subject hash, as `openssl rehash` or
@@ -70,7 +71,7 @@ struct tls_options {
 /// with `validate()` when called, so a malformed field is a `std::invalid_argument` at the call,
 /// never a request on the wire. A URL libcurl cannot parse is not checked there: it completes
 /// with `errc::url_malformat` (or `errc::unsupported_protocol`), like any transport error.
-struct request {
+struct CORETRY_CURL_API request {
   /// The method, sent as given ("GET", "HEAD", "POST", "PUT", "DELETE", ...): a non-empty HTTP
   /// token (letters, digits, ``!#$%&'*+-.^_`|~``). "HEAD" fetches no body and must not carry
   /// one; any other method may carry `body` and is sent with its own name.
@@ -126,7 +127,7 @@ struct request {
 enum class http_version : std::uint8_t { unknown, http1_0, http1_1, http2, http3 };
 
 /// "HTTP/1.0", "HTTP/1.1", "HTTP/2", "HTTP/3" or "unknown".
-const char* to_string(http_version v) noexcept;
+CORETRY_CURL_API const char* to_string(http_version v) noexcept;
 
 /// What a completed transfer returned. Any status, 4xx and 5xx included, is a response, not an
 /// error: only transport failures are errors.
