@@ -1,5 +1,9 @@
-# Install rules and the CMake config package: find_package(coretry CONFIG) gives coretry::coretry
-# and, when it was built, coretry::curl.
+# Install rules, the CMake config package and the pkg-config files.
+#  - find_package(coretry CONFIG [COMPONENTS curl]) gives coretry::coretry and, when it was
+#    built, coretry::curl (component "curl");
+#  - pkg-config coretry / coretry-curl give the same compile and link lines.
+# Included when CORETRY_INSTALL is ON, as a subproject too: a parent project that installs and
+# exports its own targets linking coretry::coretry needs coretry's targets in an export set.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -28,3 +32,30 @@ install(FILES
   DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE_1_0.txt" "${PROJECT_SOURCE_DIR}/CHANGELOG.md"
   DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+# pkg-config: the same interface as the CMake targets (include directories, the one definition
+# config.hpp checks, -pthread, the libraries). A static coretry_curl needs libcurl on the link
+# line of every consumer, so libcurl is then Required, not Required.private.
+# Relocatable: the prefix is found from the .pc file's own place (pcfiledir).
+file(RELATIVE_PATH CORETRY_PC_TO_PREFIX "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
+get_target_property(_asio_include Asio::Asio INTERFACE_INCLUDE_DIRECTORIES)
+set(CORETRY_PC_CFLAGS "-DASIO_HAS_STD_ALIGNED_ALLOC=1")
+foreach(_dir IN LISTS _asio_include)
+  if(NOT _dir STREQUAL "/usr/include")
+    string(APPEND CORETRY_PC_CFLAGS " -I${_dir}")
+  endif()
+endforeach()
+if(BUILD_SHARED_LIBS)
+  set(CORETRY_PC_CURL_REQUIRES "coretry")
+  set(CORETRY_PC_CURL_PRIVATE "libcurl")
+else()
+  set(CORETRY_PC_CURL_REQUIRES "coretry, libcurl")
+  set(CORETRY_PC_CURL_PRIVATE "")
+endif()
+configure_file(cmake/coretry.pc.in "${PROJECT_BINARY_DIR}/pkgconfig/coretry.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/coretry.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(CORETRY_BUILD_CURL)
+  configure_file(cmake/coretry-curl.pc.in "${PROJECT_BINARY_DIR}/pkgconfig/coretry-curl.pc" @ONLY)
+  install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/coretry-curl.pc"
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# A consumer that knows only pkg-config: one plain compiler command line, as the README writes
+# it, run under AddressSanitizer (which reports any Asio memory allocated one way and freed the
+# other across the program and coretry's library).
+# Usage: pkg_config_consumer.sh INSTALL_PREFIX SOURCE OUTPUT_DIR [CXX]
+set -euo pipefail
+prefix=$1 src=$2 out=$3 cxx=${4:-g++}
+mkdir -p "$out"
+libdir=$(dirname "$(find "$prefix" -name coretry-curl.pc -print -quit)")
+export PKG_CONFIG_PATH="$libdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+set -x
+pkg-config --modversion coretry coretry-curl
+"$cxx" -std=c++20 -g -O1 -fsanitize=address -fno-omit-frame-pointer "$src" -o "$out/pkg_config_consumer" \
+  $(pkg-config --cflags --libs coretry-curl)
+ASAN_OPTIONS=detect_leaks=1 "$out/pkg_config_consumer"
