@@ -30,7 +30,7 @@ enum class jitter_kind : std::uint8_t { none, full, equal, decorrelated, normal,
 /// The name of a jitter kind ("none", "full", ...), for flags and reports.
 CORETRY_API std::string_view to_string(jitter_kind kind) noexcept;
 /// Parses the names printed by `to_string`; `std::nullopt` for anything else.
-std::optional<jitter_kind> parse_jitter_kind(std::string_view name) noexcept;
+CORETRY_API std::optional<jitter_kind> parse_jitter_kind(std::string_view name) noexcept;
 
 /// A jitter kind with its parameter. Build it with the named constructors.
 struct CORETRY_API jitter {

@@ -59,11 +59,11 @@ enum class final_error : std::uint8_t {
 };
 
 /// The default retry predicate: everything is retryable except cancellation.
-bool default_retry_if(const std::error_code& ec) noexcept;
+CORETRY_API bool default_retry_if(const std::error_code& ec) noexcept;
 
 /// The default throttle predicate: an attempt that timed out (`errc::attempt_timeout`,
 /// `std::errc::timed_out`) slows the sending rate down.
-bool default_throttle_if(const std::error_code& ec) noexcept;
+CORETRY_API bool default_throttle_if(const std::error_code& ec) noexcept;
 
 /// The seed of an operation's jitter. Unset (the default), each operation draws a fresh seed.
 /// Set, the k-th operation started with this policy or any copy of it draws the stream

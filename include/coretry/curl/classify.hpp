@@ -18,7 +18,7 @@ namespace coretry::curl {
 /// `asio::error::operation_aborted` (cancellation), TLS failures (`is_tls_error`: an
 /// untrusted certificate or a failed handshake fails the same way again), invalid or
 /// unsupported URLs, resolution failures, redirect loops or anything else.
-bool is_retryable(const std::error_code& ec) noexcept;
+CORETRY_CURL_API bool is_retryable(const std::error_code& ec) noexcept;
 
 /// Whether an HTTP status is worth retrying: 408, 429, 500, 502, 503 and 504. Every other
 /// status, other 4xx in particular, is final.
@@ -26,7 +26,7 @@ CORETRY_CURL_API bool is_retryable_status(long status) noexcept;
 
 /// Whether a method is idempotent (RFC 9110): GET, HEAD, OPTIONS, PUT, DELETE, TRACE.
 /// Compared case-sensitively, as methods are.
-bool is_idempotent(std::string_view method) noexcept;
+CORETRY_CURL_API bool is_idempotent(std::string_view method) noexcept;
 
 /// Whether `coretry::curl::retry` may send `req` more than once: its method is idempotent, it
 /// carries an `Idempotency-Key` header, or `req.retry_non_idempotent` is set.

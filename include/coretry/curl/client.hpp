@@ -140,7 +140,7 @@ private:
 };
 
 /// Installed in a perform's cancellation slot: asks the client to drop the transfer.
-struct cancel_hook {
+struct CORETRY_CURL_API cancel_hook {
   std::weak_ptr<transfer> target;
   void operator()(asio::cancellation_type type) const;
 };
@@ -155,10 +155,10 @@ struct CORETRY_CURL_API client_access {
 };
 
 /// Creates a transfer (not started yet).
-std::shared_ptr<transfer> make_transfer(const std::shared_ptr<client_impl>& impl, request req,
+CORETRY_CURL_API std::shared_ptr<transfer> make_transfer(const std::shared_ptr<client_impl>& impl, request req,
                                         std::unique_ptr<perform_completion> completion);
 /// Hands it to the client (queued or started, on the client's executor, never inline).
-void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> t);
+CORETRY_CURL_API void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> t);
 
 /// `client::async_perform` on the client state `impl`; `fallback` is the executor of handlers
 /// that have none associated.
@@ -182,7 +182,7 @@ auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_exec
 }
 
 /// The coroutine of `client::perform` (`req` already validated).
-asio::awaitable<response> perform_throwing(std::shared_ptr<client_impl> impl,
+CORETRY_CURL_API asio::awaitable<response> perform_throwing(std::shared_ptr<client_impl> impl,
                                            asio::any_io_executor fallback, request req);
 
 } // namespace detail

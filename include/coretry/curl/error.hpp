@@ -40,7 +40,7 @@ enum class errc {
 
 /// Whether `ec` is a TLS failure in `curl_category()` (handshake, verification, certificate
 /// or CA file): never worth retrying, the same configuration fails the same way.
-bool is_tls_error(const std::error_code& ec) noexcept;
+CORETRY_CURL_API bool is_tls_error(const std::error_code& ec) noexcept;
 
 /// The category of libcurl transfer errors (`CURLcode`); its name is "curl" and its messages
 /// come from `curl_easy_strerror`, except for TLS failures, whose messages say what failed

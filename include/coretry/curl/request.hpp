@@ -17,10 +17,10 @@ namespace coretry::curl {
 using header_list = std::vector<std::pair<std::string, std::string>>;
 
 /// ASCII case-insensitive comparison of header names.
-bool iequals(std::string_view a, std::string_view b) noexcept;
+CORETRY_CURL_API bool iequals(std::string_view a, std::string_view b) noexcept;
 
 /// The value of the first field named `name` (case-insensitive), or `std::nullopt`.
-std::optional<std::string_view> find_header(const header_list& headers,
+CORETRY_CURL_API std::optional<std::string_view> find_header(const header_list& headers,
                                             std::string_view name) noexcept;
 
 /// The lowest TLS protocol version a connection may use (`CURLOPT_SSLVERSION`).

@@ -2,6 +2,7 @@
 /// \file
 /// Parsing the HTTP `Retry-After` header field (RFC 9110, section 10.2.3).
 
+#include <coretry/export.hpp>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -28,7 +29,7 @@ inline constexpr std::chrono::seconds max_retry_after{INT32_MAX};
 /// RFC 850 two-digit year is the one in the century of `now`, or the century before when that
 /// would be more than 50 years after `now`. `std::nullopt` for anything else. Thread-safe,
 /// never allocates.
-std::optional<std::chrono::sys_seconds> parse_http_date(std::string_view value,
+CORETRY_CURL_API std::optional<std::chrono::sys_seconds> parse_http_date(std::string_view value,
                                                         std::chrono::sys_seconds now) noexcept;
 
 /// Parses a `Retry-After` value: delta-seconds (`"120"`) or an HTTP-date (see
@@ -39,7 +40,7 @@ std::optional<std::chrono::sys_seconds> parse_http_date(std::string_view value,
 /// (`"-5"`, `"+5"`), fractions, units (`"10s"`), a date in another zone (`"... PST"`, `"... +0000"`,
 /// `"... UTC"`) or followed by anything but spaces and tabs. Leading and trailing spaces or tabs
 /// are ignored. Thread-safe; never allocates.
-std::optional<std::chrono::seconds>
+CORETRY_CURL_API std::optional<std::chrono::seconds>
 parse_retry_after(std::string_view value,
                   std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
