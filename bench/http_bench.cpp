@@ -495,7 +495,7 @@ int coretry_waiting(const server_process& server, long n) {
   const long rss0 = cb::proc_status("VmRSS");
   long completed = 0;
   for (long i = 0; i < n; ++i)
-    coretry::curl::async_retry(c, {.url = server.url(i)}, policy,
+    coretry::curl::async_retry(c, coretry::curl::request{.url = server.url(i)}, policy,
                                [&](std::error_code, coretry::curl::response) { ++completed; });
   const auto t0 = cb::steady::now();
   while (c.stats().waiting_retries < std::size_t(n) && cb::seconds_since(t0) < 120)

@@ -3,6 +3,7 @@
 /// Retry budgets: limits shared by many operations so that retries cannot multiply an outage.
 
 #include <coretry/export.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>

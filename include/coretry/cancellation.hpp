@@ -3,6 +3,7 @@
 /// Group cancellation: one source stops any number of in-flight retry operations, from any thread.
 
 #include <coretry/export.hpp>
+
 #include <memory>
 
 namespace coretry {

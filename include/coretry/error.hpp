@@ -4,6 +4,7 @@
 /// `asio::error::operation_aborted`, the code every Asio user already tests for.
 
 #include <coretry/export.hpp>
+
 #include <string>
 #include <system_error>
 

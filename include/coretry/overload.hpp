@@ -10,6 +10,7 @@
 /// same object works under the manual test clock.
 
 #include <coretry/export.hpp>
+
 #include <chrono>
 
 namespace coretry {

@@ -2,11 +2,11 @@
 /// \file
 /// `retry_policy`: everything a retry loop needs to know, as one aggregate.
 
-#include <coretry/export.hpp>
 #include <coretry/backoff.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
 #include <coretry/error.hpp>
+#include <coretry/export.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/random.hpp>
 

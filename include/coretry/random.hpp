@@ -3,6 +3,7 @@
 /// The per-operation random source behind every jittered delay.
 
 #include <coretry/export.hpp>
+
 #include <cstdint>
 #include <limits>
 

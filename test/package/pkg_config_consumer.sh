@@ -11,5 +11,5 @@ export PKG_CONFIG_PATH="$libdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 set -x
 pkg-config --modversion coretry coretry-curl
 "$cxx" -std=c++20 -g -O1 -fsanitize=address -fno-omit-frame-pointer "$src" -o "$out/pkg_config_consumer" \
-  $(pkg-config --cflags --libs coretry-curl)
+  $(pkg-config --cflags --libs coretry-curl) -Wl,-rpath,"$(pkg-config --variable=libdir coretry)"
 ASAN_OPTIONS=detect_leaks=1 "$out/pkg_config_consumer"

@@ -2,8 +2,8 @@
 /// \file
 /// The HTTP retry classification used by `coretry::curl::retry`, public for other retry loops.
 
-#include <coretry/export.hpp>
 #include <coretry/curl/request.hpp>
+#include <coretry/export.hpp>
 
 #include <string_view>
 #include <system_error>

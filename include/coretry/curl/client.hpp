@@ -2,10 +2,10 @@
 /// \file
 /// `coretry::curl::client`: HTTP transfers on a libcurl multi handle driven by Asio.
 
-#include <coretry/export.hpp>
 #include <coretry/config.hpp>
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/request.hpp>
+#include <coretry/export.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
@@ -155,8 +155,9 @@ struct CORETRY_CURL_API client_access {
 };
 
 /// Creates a transfer (not started yet).
-CORETRY_CURL_API std::shared_ptr<transfer> make_transfer(const std::shared_ptr<client_impl>& impl, request req,
-                                        std::unique_ptr<perform_completion> completion);
+CORETRY_CURL_API std::shared_ptr<transfer>
+make_transfer(const std::shared_ptr<client_impl>& impl, request req,
+              std::unique_ptr<perform_completion> completion);
 /// Hands it to the client (queued or started, on the client's executor, never inline).
 CORETRY_CURL_API void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> t);
 
@@ -182,8 +183,8 @@ auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_exec
 }
 
 /// The coroutine of `client::perform` (`req` already validated).
-CORETRY_CURL_API asio::awaitable<response> perform_throwing(std::shared_ptr<client_impl> impl,
-                                           asio::any_io_executor fallback, request req);
+CORETRY_CURL_API asio::awaitable<response>
+perform_throwing(std::shared_ptr<client_impl> impl, asio::any_io_executor fallback, request req);
 
 } // namespace detail
 

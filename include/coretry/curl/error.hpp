@@ -3,6 +3,7 @@
 /// Transport errors of the libcurl adapter: `CURLcode` values as `std::error_code`.
 
 #include <coretry/export.hpp>
+
 #include <system_error>
 
 namespace coretry::curl {

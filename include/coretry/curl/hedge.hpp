@@ -62,15 +62,16 @@ inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) 
 /// Cancellation, lifetime and thread safety as `retry`: terminal cancellation of the awaiting
 /// coroutine and the policy's group token cancel every copy in flight; `c` need not outlive the
 /// operation (copies still running end with `operation_aborted`).
-inline asio::awaitable<response> hedge(client& c, request req, coretry::retry_policy policy = {},
+inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
+                                       coretry::retry_policy policy = {},
                                        coretry::hedge_options options = {}) {
   auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
   return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options));
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
-inline asio::awaitable<response> hedge(client& c, request req, coretry::retry_policy policy,
-                                       coretry::hedge_options options,
+inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
+                                       coretry::retry_policy policy, coretry::hedge_options options,
                                        coretry::hedge_stats& stats) {
   auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
   return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options), stats);
@@ -83,11 +84,30 @@ inline asio::awaitable<response> hedge(client& c, request req, coretry::retry_po
 /// the call; nothing is sent then. Cancellation: any type through the handler's slot, and the
 /// group token; completes once with `operation_aborted`. Thread safety: any thread.
 template <class CompletionToken>
-auto async_hedge(client& c, request req, coretry::retry_policy policy,
+auto async_hedge(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  coretry::hedge_options options, CompletionToken&& token) {
   auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
   return coretry::async_hedge(c.get_executor(), std::move(attempt), std::move(p),
                               std::move(options), std::forward<CompletionToken>(token));
 }
+
+#if CORETRY_CURL_REFUSE_BRACED_REQUEST
+// g++ 12: a braced request argument lands here and fails to compile (see braced_request.hpp).
+template <class G = void>
+asio::awaitable<response> hedge(client&, detail::braced_request, coretry::retry_policy = {},
+                                coretry::hedge_options = {}) {
+  CORETRY_CURL_REFUSE_BRACED(G);
+}
+template <class G = void>
+asio::awaitable<response> hedge(client&, detail::braced_request, coretry::retry_policy,
+                                coretry::hedge_options, coretry::hedge_stats&) {
+  CORETRY_CURL_REFUSE_BRACED(G);
+}
+template <class CompletionToken>
+auto async_hedge(client&, detail::braced_request, coretry::retry_policy, coretry::hedge_options,
+                 CompletionToken&&) {
+  CORETRY_CURL_REFUSE_BRACED(CompletionToken);
+}
+#endif
 
 } // namespace coretry::curl

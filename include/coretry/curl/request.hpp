@@ -3,6 +3,7 @@
 /// `request` and `response`: what `client::perform` sends and returns.
 
 #include <coretry/export.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -21,7 +22,7 @@ CORETRY_CURL_API bool iequals(std::string_view a, std::string_view b) noexcept;
 
 /// The value of the first field named `name` (case-insensitive), or `std::nullopt`.
 CORETRY_CURL_API std::optional<std::string_view> find_header(const header_list& headers,
-                                            std::string_view name) noexcept;
+                                                             std::string_view name) noexcept;
 
 /// The lowest TLS protocol version a connection may use (`CURLOPT_SSLVERSION`).
 enum class tls_version : std::uint8_t { tls1_0, tls1_1, tls1_2, tls1_3 };

@@ -3,8 +3,9 @@
 /// `coretry::curl::retry`: an HTTP request under a `coretry::retry_policy`, with HTTP-aware
 /// classification and `Retry-After`.
 
-#include <coretry/config.hpp>
 #include <coretry/attempt.hpp>
+#include <coretry/config.hpp>
+#include <coretry/curl/braced_request.hpp>
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/retry_after.hpp>
@@ -183,15 +184,16 @@ inline asio::awaitable<response> with_detail(asio::awaitable<response> op,
 /// delay (or earlier, when cancelled) and completes once with `operation_aborted`; destroyed
 /// unresumed with its execution context, it touches nothing of `c`. Thread safety: as
 /// `client::async_perform`.
-inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy = {}) {
+inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req,
+                                       coretry::retry_policy policy = {}) {
   auto [attempt, p, st] = detail::prepare_http_shared(c, std::move(req), std::move(policy));
   return detail::with_detail(coretry::retry_async(std::move(attempt), std::move(p)), std::move(st));
 }
 
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
-inline asio::awaitable<response> retry(client& c, request req, coretry::retry_policy policy,
-                                       coretry::retry_stats& stats) {
+inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req,
+                                       coretry::retry_policy policy, coretry::retry_stats& stats) {
   auto [attempt, p, st] = detail::prepare_http_shared(c, std::move(req), std::move(policy));
   return detail::with_detail(coretry::retry_async(std::move(attempt), std::move(p), stats),
                              std::move(st));
@@ -205,7 +207,8 @@ inline asio::awaitable<response> retry(client& c, request req, coretry::retry_po
 /// Cancellation: terminal, partial or total through the handler's slot, or the policy's group
 /// token; completes once with `operation_aborted`. Thread safety: any thread.
 template <class CompletionToken>
-auto async_retry(client& c, request req, coretry::retry_policy policy, CompletionToken&& token) {
+auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
+                 CompletionToken&& token) {
   auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
   return coretry::async_retry(c.get_executor(), std::move(attempt), std::move(p),
                               std::forward<CompletionToken>(token));
@@ -213,11 +216,33 @@ auto async_retry(client& c, request req, coretry::retry_policy policy, Completio
 
 /// As above, and fills `stats`, which must outlive the operation.
 template <class CompletionToken>
-auto async_retry(client& c, request req, coretry::retry_policy policy, coretry::retry_stats& stats,
-                 CompletionToken&& token) {
+auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
+                 coretry::retry_stats& stats, CompletionToken&& token) {
   auto [attempt, p] = detail::prepare_http(c, std::move(req), std::move(policy));
   return coretry::async_retry(c.get_executor(), std::move(attempt), std::move(p), stats,
                               std::forward<CompletionToken>(token));
 }
+
+#if CORETRY_CURL_REFUSE_BRACED_REQUEST
+// g++ 12: a braced request argument lands here and fails to compile (see braced_request.hpp).
+template <class G = void>
+asio::awaitable<response> retry(client&, detail::braced_request, coretry::retry_policy = {}) {
+  CORETRY_CURL_REFUSE_BRACED(G);
+}
+template <class G = void>
+asio::awaitable<response> retry(client&, detail::braced_request, coretry::retry_policy,
+                                coretry::retry_stats&) {
+  CORETRY_CURL_REFUSE_BRACED(G);
+}
+template <class CompletionToken>
+auto async_retry(client&, detail::braced_request, coretry::retry_policy, CompletionToken&&) {
+  CORETRY_CURL_REFUSE_BRACED(CompletionToken);
+}
+template <class CompletionToken>
+auto async_retry(client&, detail::braced_request, coretry::retry_policy, coretry::retry_stats&,
+                 CompletionToken&&) {
+  CORETRY_CURL_REFUSE_BRACED(CompletionToken);
+}
+#endif
 
 } // namespace coretry::curl

@@ -3,6 +3,7 @@
 /// Parsing the HTTP `Retry-After` header field (RFC 9110, section 10.2.3).
 
 #include <coretry/export.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -29,8 +30,8 @@ inline constexpr std::chrono::seconds max_retry_after{INT32_MAX};
 /// RFC 850 two-digit year is the one in the century of `now`, or the century before when that
 /// would be more than 50 years after `now`. `std::nullopt` for anything else. Thread-safe,
 /// never allocates.
-CORETRY_CURL_API std::optional<std::chrono::sys_seconds> parse_http_date(std::string_view value,
-                                                        std::chrono::sys_seconds now) noexcept;
+CORETRY_CURL_API std::optional<std::chrono::sys_seconds>
+parse_http_date(std::string_view value, std::chrono::sys_seconds now) noexcept;
 
 /// Parses a `Retry-After` value: delta-seconds (`"120"`) or an HTTP-date (see
 /// `parse_http_date`), relative to `now`.

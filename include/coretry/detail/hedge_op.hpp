@@ -13,9 +13,9 @@
 // (`begin_attempt`, `pace`, `retryable`, `record`, `stop`; schedule.hpp), and the completion
 // signatures, delivery and strand choice of retry_op.hpp.
 
-#include <coretry/config.hpp>
 #include <coretry/attempt.hpp>
 #include <coretry/cancellation.hpp>
+#include <coretry/config.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/detail/schedule.hpp>

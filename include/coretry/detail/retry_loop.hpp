@@ -7,8 +7,8 @@
 // (`Throwing`) turns a failure into its exception, once. Exceptions are caught where they arise
 // (an attempt, a predicate, a hook) and end the loop with `errc::unexpected_exception`.
 
-#include <coretry/config.hpp>
 #include <coretry/attempt.hpp>
+#include <coretry/config.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>

@@ -15,8 +15,8 @@
 // context. The state unlinks itself from a group source when it dies, however it dies; a
 // cancellation reaches the loop only once the loop runs (`arm`) and until it ends (`disarm`).
 
-#include <coretry/config.hpp>
 #include <coretry/cancellation.hpp>
+#include <coretry/config.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>

@@ -15,6 +15,7 @@
 /// for one test thread at a time: call `manual_clock::reset()` at the start of each test.
 
 #include <coretry/config.hpp>
+
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>

@@ -3,12 +3,12 @@
 // (find_package COMPONENTS curl) and by a plain compiler command line from pkg-config, the
 // latter under AddressSanitizer: Asio's handler memory crosses between this program's units
 // and coretry's library, so both must allocate and free it the same way.
+#include <coretry/coretry.hpp>
+#include <coretry/curl/curl.hpp>
+
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-
-#include <coretry/coretry.hpp>
-#include <coretry/curl/curl.hpp>
 
 #include <chrono>
 #include <cstdio>

@@ -1,9 +1,9 @@
 // An application that still uses Asio names its version deprecates (io_service,
 // io_context::work): linking coretry must not change how its own code compiles.
+#include <coretry/coretry.hpp>
+
 #include <asio/io_service.hpp>
 #include <asio/post.hpp>
-
-#include <coretry/coretry.hpp>
 
 #include <cstdio>
 #include <optional>

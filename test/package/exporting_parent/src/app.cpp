@@ -1,6 +1,6 @@
-#include "parentlib.hpp"
-
 #include <cstdio>
+
+#include "parentlib.hpp"
 
 int main() {
   auto d = describe_backoff();
