@@ -97,11 +97,13 @@ template <class G = void>
 asio::awaitable<response> hedge(client&, detail::braced_request, coretry::retry_policy = {},
                                 coretry::hedge_options = {}) {
   CORETRY_CURL_REFUSE_BRACED(G);
+  return {};
 }
 template <class G = void>
 asio::awaitable<response> hedge(client&, detail::braced_request, coretry::retry_policy,
                                 coretry::hedge_options, coretry::hedge_stats&) {
   CORETRY_CURL_REFUSE_BRACED(G);
+  return {};
 }
 template <class CompletionToken>
 auto async_hedge(client&, detail::braced_request, coretry::retry_policy, coretry::hedge_options,

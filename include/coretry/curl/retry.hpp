@@ -228,11 +228,13 @@ auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy poli
 template <class G = void>
 asio::awaitable<response> retry(client&, detail::braced_request, coretry::retry_policy = {}) {
   CORETRY_CURL_REFUSE_BRACED(G);
+  return {};
 }
 template <class G = void>
 asio::awaitable<response> retry(client&, detail::braced_request, coretry::retry_policy,
                                 coretry::retry_stats&) {
   CORETRY_CURL_REFUSE_BRACED(G);
+  return {};
 }
 template <class CompletionToken>
 auto async_retry(client&, detail::braced_request, coretry::retry_policy, CompletionToken&&) {
