@@ -14,7 +14,8 @@ coretry_install_packages() {
 }
 # No Google Benchmark (libbenchmark-dev): bench/ times each variant alternating with its baseline
 # in one process and prints the `sample` lines .ci/bench parses, which its runner does not do.
+# pkg-config: the package consumer test; doxygen: the API reference (docs/Doxyfile).
 # nginx-light and openssl: the nginx integration tests; clang-14, clang (for clang++) and
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes): the fuzz targets, built and run by .ci/fuzz.
-CORETRY_PACKAGES=(cmake make g++ libasio-dev libcurl4-openssl-dev doctest-dev gnuplot-nox
+CORETRY_PACKAGES=(cmake make g++ pkg-config doxygen libasio-dev libcurl4-openssl-dev doctest-dev gnuplot-nox
   nginx-light openssl clang-14 clang libclang-rt-14-dev)

@@ -9,6 +9,7 @@ namespace coretry {
 /// Passed to operations that take it (`op(attempt_context&)`), once per attempt.
 class attempt_context {
 public:
+  /// The context of attempt `number` (from 1); the loop makes one per attempt.
   explicit attempt_context(unsigned number) noexcept : number_(number) {}
 
   /// This attempt's number, from 1.

@@ -34,13 +34,18 @@ CORETRY_API std::optional<jitter_kind> parse_jitter_kind(std::string_view name) 
 
 /// A jitter kind with its parameter. Build it with the named constructors.
 struct CORETRY_API jitter {
+  /// The kind of jitter.
   jitter_kind kind = jitter_kind::none;
   double relative_stddev = 0.0; ///< `normal` only: standard deviation as a fraction of `d`.
   nanoseconds max_extra{0};     ///< `additive` only: the upper bound of the added uniform delay.
 
+  /// No jitter: the curve's delay as is.
   static constexpr jitter none() noexcept { return {}; }
+  /// Full jitter: uniform in [0, d].
   static constexpr jitter full() noexcept { return {jitter_kind::full}; }
+  /// Equal jitter: d/2 plus uniform in [0, d/2].
   static constexpr jitter equal() noexcept { return {jitter_kind::equal}; }
+  /// Decorrelated jitter: uniform between the initial delay and three times the previous one, capped.
   static constexpr jitter decorrelated() noexcept { return {jitter_kind::decorrelated}; }
   /// Throws `std::invalid_argument` unless `0 <= relative_stddev <= 10` (and finite).
   static jitter normal(double relative_stddev = 0.1);
@@ -98,10 +103,15 @@ public:
   /// added on top of the capped curve as their articles define them.
   nanoseconds delay(unsigned retry, nanoseconds previous, fast_rng& rng) const noexcept;
 
+  /// The first delay of the curve.
   nanoseconds initial() const noexcept { return initial_; }
+  /// The increment of a linear curve (zero otherwise).
   nanoseconds step() const noexcept { return step_; }
+  /// The growth factor of an exponential curve.
   double multiplier() const noexcept { return multiplier_; }
+  /// The cap of the curve.
   nanoseconds max_delay() const noexcept { return max_; }
+  /// The jitter applied to the curve.
   const coretry::jitter& jitter_spec() const noexcept { return jitter_; }
 
   /// A one-line description such as "exponential(100ms, x2, max 32s) + full jitter".

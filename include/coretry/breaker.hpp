@@ -88,6 +88,7 @@ struct circuit_breaker_options {
 /// Throws `std::invalid_argument` naming the field and value when an option is out of range.
 class CORETRY_API circuit_breaker final : public attempt_gate {
 public:
+  /// A closed breaker; throws `std::invalid_argument` when an option is out of range.
   explicit circuit_breaker(circuit_breaker_options options = {});
   ~circuit_breaker() override;
   circuit_breaker(const circuit_breaker&) = delete;
@@ -99,6 +100,7 @@ public:
   void on_failure(std::chrono::nanoseconds now) noexcept override;
   void on_abandoned(std::chrono::nanoseconds now) noexcept override;
 
+  /// The current state.
   breaker_state state() const noexcept;
   /// While open: when the break ends (time since the clock's epoch). Otherwise zero.
   std::chrono::nanoseconds open_until() const noexcept;
@@ -108,19 +110,27 @@ public:
   unsigned failure_run() const noexcept;
   /// Outcomes in the window ending at `now` (counted while closed only).
   std::uint64_t window_successes(std::chrono::nanoseconds now) const noexcept;
+  /// Failures in the window ending at `now` (counted while closed only).
   std::uint64_t window_failures(std::chrono::nanoseconds now) const noexcept;
 
   /// Totals since construction.
   std::uint64_t successes() const noexcept { return successes_.load(std::memory_order_relaxed); }
+  /// Failures reported since construction.
   std::uint64_t failures() const noexcept { return failures_.load(std::memory_order_relaxed); }
+  /// Granted attempts abandoned since construction.
   std::uint64_t abandoned() const noexcept { return abandoned_.load(std::memory_order_relaxed); }
+  /// Attempts refused since construction.
   std::uint64_t refusals() const noexcept { return refusals_.load(std::memory_order_relaxed); }
+  /// Times the breaker opened since construction.
   std::uint64_t times_opened() const noexcept { return opened_.load(std::memory_order_relaxed); }
+  /// Times the breaker went half-open since construction.
   std::uint64_t times_half_opened() const noexcept {
     return half_opened_.load(std::memory_order_relaxed);
   }
+  /// Times the breaker closed again since construction.
   std::uint64_t times_closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
 
+  /// The options it was built with.
   const circuit_breaker_options& options() const noexcept { return options_; }
 
 private:

@@ -25,9 +25,13 @@ class CORETRY_API retry_budget {
 public:
   virtual ~retry_budget() = default;
   // `now`: time since the epoch of the loop's clock (`Timer::clock_type`).
+  /// Once per operation.
   virtual void on_request(std::chrono::nanoseconds /*now*/) noexcept {}
+  /// An attempt succeeded.
   virtual void on_success(std::chrono::nanoseconds /*now*/) noexcept {}
+  /// An attempt failed.
   virtual void on_failure(std::chrono::nanoseconds /*now*/) noexcept {}
+  /// Before each retry: whether it may be sent.
   virtual bool try_retry(std::chrono::nanoseconds now) noexcept = 0;
 };
 
@@ -40,6 +44,7 @@ public:
 /// `0 < token_ratio <= max_tokens`.
 class CORETRY_API token_bucket_budget final : public retry_budget {
 public:
+  /// A full bucket of `max_tokens`; throws `std::invalid_argument` unless `0 < token_ratio <= max_tokens`.
   explicit token_bucket_budget(double max_tokens = 10.0, double token_ratio = 0.1);
 
   void on_success(std::chrono::nanoseconds now) noexcept override;
@@ -94,6 +99,7 @@ struct ratio_budget_options {
 /// Throws `std::invalid_argument` naming the field when an option is out of range.
 class CORETRY_API ratio_budget final : public retry_budget {
 public:
+  /// Throws `std::invalid_argument` naming the field when an option is out of range.
   explicit ratio_budget(ratio_budget_options options = {});
   ~ratio_budget() override;
   ratio_budget(const ratio_budget&) = delete;
@@ -102,6 +108,7 @@ public:
   void on_request(std::chrono::nanoseconds now) noexcept override;
   bool try_retry(std::chrono::nanoseconds now) noexcept override;
 
+  /// The options it was built with.
   const ratio_budget_options& options() const noexcept { return options_; }
   /// Requests counted in the window ending at `now`.
   std::uint64_t requests(std::chrono::nanoseconds now) const noexcept;
@@ -111,6 +118,7 @@ public:
   double allowance(std::chrono::nanoseconds now) const noexcept;
   /// Retries granted and refused since construction.
   std::uint64_t granted() const noexcept { return granted_.load(std::memory_order_relaxed); }
+  /// Retries refused since construction.
   std::uint64_t refused() const noexcept { return refused_.load(std::memory_order_relaxed); }
 
 private:

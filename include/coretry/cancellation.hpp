@@ -86,6 +86,7 @@ public:
   /// own executor. A source may outlive the operations and the execution contexts that used it.
   bool cancel() noexcept;
 
+  /// Whether `cancel()` was called.
   bool cancelled() const noexcept;
 
 private:
@@ -100,6 +101,7 @@ public:
 
   /// Whether a source stands behind this token.
   bool can_be_cancelled() const noexcept { return state_ != nullptr; }
+  /// Whether the source behind this token was cancelled (false without one).
   bool cancelled() const noexcept;
 
   /// Links `r` into the source. Returns false (and links nothing) when already cancelled.

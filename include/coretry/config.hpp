@@ -3,7 +3,7 @@
 /// Build-interface checks every coretry header makes before it uses Asio.
 ///
 /// Asio's handler and coroutine-frame memory comes from `std::aligned_alloc` or from
-/// `::operator new`, a choice Asio makes once per translation unit. Memory allocated in one unit
+/// `operator new`, a choice Asio makes once per translation unit. Memory allocated in one unit
 /// may be freed in another (Asio recycles it through a per-thread cache), so every unit of a
 /// program, coretry's library included, must make the same choice. coretry's is
 /// `std::aligned_alloc` (`ASIO_HAS_STD_ALIGNED_ALLOC`): the one Asio makes whenever a standard

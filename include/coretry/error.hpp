@@ -47,10 +47,13 @@ enum class errc {
 /// The category of `coretry::errc`; its name is "coretry".
 CORETRY_API const std::error_category& retry_category() noexcept;
 
+/// `e` as a `std::error_code` of `retry_category()` (found by argument-dependent lookup).
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), retry_category()};
 }
 
 } // namespace coretry
 
+/// \cond
 template <> struct std::is_error_code_enum<coretry::errc> : std::true_type {};
+/// \endcond

@@ -6,8 +6,11 @@
 /// to a static build.
 
 #if defined(__GNUC__) || defined(__clang__)
+/// Marks a class or function libcoretry.so exports.
 #define CORETRY_API __attribute__((visibility("default")))
 #else
+/// Marks a class or function libcoretry.so exports (nothing to do on this compiler).
 #define CORETRY_API
 #endif
+/// Marks a class or function libcoretry_curl.so exports.
 #define CORETRY_CURL_API CORETRY_API

@@ -108,6 +108,7 @@ struct hedge_stats {
   unsigned attempts = 0;  ///< Attempts started (one the policy refused is not one).
   unsigned abandoned = 0; ///< Attempts cancelled because the operation ended otherwise.
   unsigned winner = 0;    ///< The attempt whose result was delivered, from 1; 0 if none.
+  /// The most attempts running at once.
   unsigned peak_in_flight = 0;
   nanoseconds elapsed{0};       ///< From the start of the operation to its completion.
   std::error_code last_error{}; ///< The last error of an attempt that ended on its own.

@@ -24,9 +24,13 @@ namespace coretry {
 class CORETRY_API attempt_gate {
 public:
   virtual ~attempt_gate() = default;
+  /// Whether the next attempt may be sent at `now`.
   virtual bool try_acquire(std::chrono::nanoseconds now) noexcept = 0;
+  /// The granted attempt succeeded, or failed with an error the policy does not retry.
   virtual void on_success(std::chrono::nanoseconds now) noexcept = 0;
+  /// The granted attempt failed with an error the policy retries.
   virtual void on_failure(std::chrono::nanoseconds now) noexcept = 0;
+  /// The caller cancelled the granted attempt.
   virtual void on_abandoned(std::chrono::nanoseconds now) noexcept = 0;
 };
 
@@ -39,8 +43,11 @@ public:
 class CORETRY_API send_rate {
 public:
   virtual ~send_rate() = default;
+  /// Reserves a send token; returns how long to wait before sending (zero: now).
   virtual std::chrono::nanoseconds acquire(std::chrono::nanoseconds now) noexcept = 0;
+  /// The attempt was throttled or timed out (`retry_policy::throttle_if`).
   virtual void on_throttle(std::chrono::nanoseconds now) noexcept = 0;
+  /// The attempt ended otherwise, cancellation excepted.
   virtual void on_success(std::chrono::nanoseconds now) noexcept = 0;
 };
 

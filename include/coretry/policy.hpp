@@ -72,10 +72,13 @@ CORETRY_API bool default_throttle_if(const std::error_code& ec) noexcept;
 class jitter_seed {
 public:
   jitter_seed() noexcept = default;
+  /// A fixed seed: the same delays on every run.
   jitter_seed(std::uint64_t seed) // NOLINT(google-explicit-constructor): `.seed = 42`
       : seed_(seed), next_(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
 
+  /// Whether a seed was given.
   bool has_value() const noexcept { return next_ != nullptr; }
+  /// The seed; only meaningful when `has_value()`.
   std::uint64_t value() const noexcept { return seed_; }
 
   /// The generator for the next operation started with this seed.
@@ -209,6 +212,7 @@ struct CORETRY_API retry_policy {
     copy.result_filter = make_result_filter<T>(std::move(pred));
     return copy;
   }
+  /// As above, reusing this policy (an rvalue) instead of copying it.
   template <class T = void, class Predicate> retry_policy retry_if_result(Predicate pred) && {
     result_filter = make_result_filter<T>(std::move(pred));
     return std::move(*this);
@@ -243,8 +247,11 @@ public:
   /// Throws `std::invalid_argument` as `retry_policy::validate` does.
   explicit shared_policy(retry_policy p);
 
+  /// The shared policy.
   const retry_policy& get() const noexcept { return *p_; }
+  /// The shared policy.
   const retry_policy& operator*() const noexcept { return *p_; }
+  /// The shared policy's members.
   const retry_policy* operator->() const noexcept { return p_.get(); }
   /// False only for a moved-from object; retry_async and async_retry refuse that one with
   /// `std::invalid_argument`.

@@ -17,16 +17,21 @@ namespace coretry {
 /// operation a distinct stream without touching `std::random_device` more than once per thread.
 class CORETRY_API fast_rng {
 public:
+  /// The type of the numbers it draws.
   using result_type = std::uint64_t;
 
+  /// A generator seeded with `seed`: the same sequence for the same seed.
   constexpr explicit fast_rng(std::uint64_t seed) noexcept : state_(seed) {}
 
   /// A generator whose seed mixes a per-thread counter with entropy read once per thread.
   static fast_rng from_entropy() noexcept;
 
+  /// The smallest number it draws.
   static constexpr result_type min() noexcept { return 0; }
+  /// The largest number it draws.
   static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
 
+  /// The next number, uniform over [min(), max()].
   constexpr result_type operator()() noexcept {
     std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

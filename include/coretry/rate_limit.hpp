@@ -60,6 +60,7 @@ struct adaptive_rate_options {
 /// Throws `std::invalid_argument` naming the field and value when an option is out of range.
 class CORETRY_API adaptive_rate_limiter final : public send_rate {
 public:
+  /// Throws `std::invalid_argument` naming the field when an option is out of range.
   explicit adaptive_rate_limiter(adaptive_rate_options options = {});
 
   std::chrono::nanoseconds acquire(std::chrono::nanoseconds now) noexcept override;
@@ -74,9 +75,12 @@ public:
   bool limiting() const noexcept { return rate() != unlimited_rate(); }
   /// Tokens handed out, throttles and successes reported since construction.
   std::uint64_t acquired() const noexcept { return acquired_.load(std::memory_order_relaxed); }
+  /// Throttled attempts reported since construction.
   std::uint64_t throttles() const noexcept { return throttles_.load(std::memory_order_relaxed); }
+  /// Other attempt outcomes reported since construction.
   std::uint64_t successes() const noexcept { return successes_.load(std::memory_order_relaxed); }
 
+  /// The options it was built with.
   const adaptive_rate_options& options() const noexcept { return options_; }
 
 private:

@@ -20,6 +20,7 @@
 #include <string>
 #include <type_traits>
 
+/// 1 on g++ 12 and older, where a braced request argument is refused; 0 elsewhere.
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
 #define CORETRY_CURL_REFUSE_BRACED_REQUEST 1
 #else

@@ -96,9 +96,13 @@ struct client_stats {
   std::size_t connects = 0;
   std::size_t waiting_retries = 0; ///< `coretry::curl::retry` operations sleeping between attempts.
   std::size_t pooled_handles = 0;  ///< Idle easy handles in the pool.
+  /// The most transfers active in libcurl at once.
   std::size_t peak_active_transfers = 0;
+  /// The most requests waiting in the client's queue at once.
   std::size_t peak_queued_requests = 0;
+  /// The most connections open at once.
   std::size_t peak_open_connections = 0;
+  /// The most `retry` operations sleeping between attempts at once.
   std::size_t peak_waiting_retries = 0;
 };
 
@@ -209,6 +213,7 @@ perform_throwing(std::shared_ptr<client_impl> impl, asio::any_io_executor fallba
 /// without another attempt (see `retry`).
 class CORETRY_CURL_API client {
 public:
+  /// The executor the client runs libcurl on and completes operations on by default.
   using executor_type = asio::any_io_executor;
 
   /// Throws `std::invalid_argument` when `options` is invalid (see `client_options::validate`),
@@ -218,7 +223,9 @@ public:
   client(const client&) = delete;
   client& operator=(const client&) = delete;
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return executor_; }
+  /// The options given at construction.
   const client_options& options() const noexcept { return options_; }
 
   /// Performs `req` and reports the response.

@@ -58,10 +58,13 @@ inline std::error_code make_http_status_error(long status) noexcept {
   return {static_cast<int>(status), http_status_category()};
 }
 
+/// `e` as a `std::error_code` of `curl_category()` (found by argument-dependent lookup).
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), curl_category()};
 }
 
 } // namespace coretry::curl
 
+/// \cond
 template <> struct std::is_error_code_enum<coretry::curl::errc> : std::true_type {};
+/// \endcond

@@ -32,14 +32,22 @@
 
 namespace coretry::testing {
 
+/// A process-wide clock that moves only when a test says so (`advance`, `advance_to_next`),
+/// for timing logic tested without real sleeps. Meets the Clock requirements; one thread.
 class manual_clock {
 public:
+  /// Nanoseconds.
   using duration = std::chrono::nanoseconds;
+  /// As `duration`'s.
   using rep = duration::rep;
+  /// As `duration`'s.
   using period = duration::period;
+  /// A point on this clock.
   using time_point = std::chrono::time_point<manual_clock>;
+  /// Never goes backwards (except through `reset()`).
   static constexpr bool is_steady = true;
 
+  /// The current time.
   static time_point now() noexcept { return state().now; }
   /// Time since the last reset().
   static duration elapsed() noexcept { return state().now.time_since_epoch(); }
@@ -49,18 +57,23 @@ public:
   /// Jumps to the earliest pending wait and completes it (and any due at the same instant).
   /// Returns false when nothing waits.
   static bool advance_to_next();
+  /// Waits not yet completed.
   static std::size_t pending() noexcept { return state().queue.size(); }
   /// Back to time zero. Pending waits are dropped (their handlers are destroyed, not called).
   static void reset();
 
+  /// A pending wait, as the timers enqueue it (for `basic_manual_timer`).
   struct waiter {
     virtual ~waiter() = default;
     /// `from_slot`: called by the wait's own cancellation handler, which must not clear itself.
     virtual void complete(std::error_code ec, bool from_slot = false) = 0;
+    /// The timer that made the wait (`cancel_owner`).
     const void* owner = nullptr;
   };
+  /// Pending waits by due time.
   using queue_type = std::multimap<time_point, std::shared_ptr<waiter>>;
 
+  /// Adds `w`, due at `at` (for the timers).
   static queue_type::iterator enqueue(time_point at, std::shared_ptr<waiter> w) {
     return state().queue.emplace(at, std::move(w));
   }
@@ -144,29 +157,42 @@ inline std::size_t manual_clock::cancel_owner(const void* owner) {
 /// A timer on manual_clock with the subset of asio::basic_waitable_timer that coretry uses.
 template <class Executor = asio::any_io_executor> class basic_manual_timer {
 public:
+  /// As `asio::basic_waitable_timer`.
   using clock_type = manual_clock;
+  /// As `asio::basic_waitable_timer`.
   using duration = manual_clock::duration;
+  /// As `asio::basic_waitable_timer`.
   using time_point = manual_clock::time_point;
+  /// As `asio::basic_waitable_timer`.
   using executor_type = Executor;
+  /// The same timer on another executor type.
   template <class OtherExecutor> struct rebind_executor {
+    /// The rebound timer type.
     using other = basic_manual_timer<OtherExecutor>;
   };
 
+  /// A timer whose handlers run on `ex` unless they have an executor of their own.
   template <class OtherExecutor>
   explicit basic_manual_timer(const OtherExecutor& ex) : executor_(ex) {}
+  /// A timer on `ctx`'s executor.
   explicit basic_manual_timer(asio::io_context& ctx) : executor_(ctx.get_executor()) {}
   basic_manual_timer(const basic_manual_timer&) = delete;
   basic_manual_timer& operator=(const basic_manual_timer&) = delete;
   ~basic_manual_timer() { cancel(); }
 
+  /// The timer's executor.
   executor_type get_executor() const noexcept { return executor_; }
+  /// When the next wait is due.
   time_point expiry() const noexcept { return expiry_; }
 
+  /// Cancels pending waits (they complete with `operation_aborted`) and sets the expiry to
+  /// `now() + d`; returns how many it cancelled.
   std::size_t expires_after(duration d) {
     const std::size_t n = cancel();
     expiry_ = manual_clock::now() + d;
     return n;
   }
+  /// Cancels pending waits (they complete with `operation_aborted`); returns how many.
   std::size_t cancel() { return manual_clock::cancel_owner(this); }
 
   /// Completion signature void(std::error_code); terminal/partial/total cancellation supported.
@@ -206,6 +232,7 @@ private:
   time_point expiry_{};
 };
 
+/// `basic_manual_timer` on `asio::any_io_executor`.
 using manual_timer = basic_manual_timer<>;
 
 /// Runs `ctx` until `done()` holds, advancing the manual clock whenever nothing else can run.
