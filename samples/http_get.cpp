@@ -15,6 +15,8 @@
 #include <coretry/coretry.hpp>
 #include <coretry/curl/curl.hpp>
 
+#include "support/cli.hpp"
+
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 
@@ -39,25 +41,11 @@ struct options {
   std::vector<std::string> urls;
 };
 
-int usage(const char* why) {
-  std::fprintf(stderr,
-               "http_get: %s\nusage: http_get [--attempts N] [--timeout MS] [--jitter KIND] "
-               "[--cacert FILE] [--insecure] [--http1.1] URL...\n"
-               "  KIND: none, full, equal, decorrelated, normal, additive\n",
-               why);
-  return 2;
-}
-
-bool parse_number(std::string_view s, unsigned long& out) {
-  if (s.empty() || s.size() > 9)
-    return false;
-  out = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9')
-      return false;
-    out = out * 10 + static_cast<unsigned long>(c - '0');
-  }
-  return true;
+void usage(std::FILE* out) {
+  std::fprintf(out, "usage: http_get [--attempts N] [--timeout MS] [--jitter KIND] "
+                    "[--cacert FILE] [--insecure] [--http1.1] URL...\n"
+                    "  fetches each URL with retries, every attempt printed\n"
+                    "  KIND: none, full, equal, decorrelated, normal, additive\n");
 }
 
 coretry::jitter make_jitter(coretry::jitter_kind kind) {
@@ -123,47 +111,40 @@ asio::awaitable<void> fetch(coretry::curl::client& c, const options& opt, outcom
 } // namespace
 
 int main(int argc, char** argv) {
+  namespace cli = sample_support::cli;
   options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    unsigned long n = 0;
-    if (arg == "--attempts") {
-      const char* v = value();
-      if (!v || !parse_number(v, n) || n == 0)
-        return usage("--attempts needs a positive number");
-      opt.attempts = static_cast<unsigned>(n);
-    } else if (arg == "--timeout") {
-      const char* v = value();
-      if (!v || !parse_number(v, n) || n == 0)
-        return usage("--timeout needs a positive number of milliseconds");
-      opt.timeout = std::chrono::milliseconds(n);
-    } else if (arg == "--jitter") {
-      const char* v = value();
-      auto kind = v ? coretry::parse_jitter_kind(v) : std::nullopt;
-      if (!kind)
-        return usage("unknown --jitter kind");
-      opt.jitter = *kind;
-    } else if (arg == "--cacert") {
-      const char* v = value();
-      if (!v || !*v)
-        return usage("--cacert needs a PEM file");
-      opt.client.tls.ca_file = v;
-    } else if (arg == "--insecure") {
-      opt.client.tls.insecure_skip_verify = true;
-    } else if (arg == "--http1.1") {
-      opt.client.http_version = coretry::curl::http_version_option::http1_1;
-    } else if (arg == "--help" || arg == "-h") {
-      usage("fetch URLs with retries");
-      return 0;
-    } else if (arg.starts_with("--")) {
-      return usage("unknown option");
-    } else {
-      opt.urls.emplace_back(arg);
-    }
-  }
+  cli::parse(
+      "http_get", argc, argv, 1,
+      {{"attempts", true},
+       {"timeout", true},
+       {"jitter", true},
+       {"cacert", true},
+       {"insecure"},
+       {"http1.1"}},
+      usage,
+      [&](std::string_view a, const std::string& v) {
+        if (a == "attempts") {
+          opt.attempts = static_cast<unsigned>(cli::whole(a, v, 1, 1000000));
+        } else if (a == "timeout") {
+          opt.timeout = std::chrono::milliseconds(cli::whole(a, v, 1, 86400000));
+        } else if (a == "jitter") {
+          auto kind = coretry::parse_jitter_kind(v);
+          if (!kind)
+            cli::fail("--jitter: unknown kind '" + v + "'");
+          opt.jitter = *kind;
+        } else if (a == "cacert") {
+          if (v.empty())
+            cli::fail("--cacert: needs a PEM file");
+          opt.client.tls.ca_file = v;
+        } else if (a == "insecure") {
+          opt.client.tls.insecure_skip_verify = true;
+        } else if (a == "http1.1") {
+          opt.client.http_version = coretry::curl::http_version_option::http1_1;
+        }
+      },
+      &opt.urls);
   if (opt.urls.empty())
-    return usage("no URL given");
+    cli::fail("no URL given");
 
   if (opt.client.tls.insecure_skip_verify)
     std::fprintf(stderr, "http_get: WARNING: --insecure: server certificates are not verified; "
@@ -173,7 +154,7 @@ int main(int argc, char** argv) {
   try {
     maybe_client.emplace(io.get_executor(), opt.client);
   } catch (const std::invalid_argument& e) {
-    return usage(e.what()); // e.g. a --cacert file that does not exist
+    cli::fail(e.what()); // e.g. a --cacert file that does not exist
   }
   auto& client = *maybe_client;
   std::vector<outcome> outcomes(opt.urls.size());

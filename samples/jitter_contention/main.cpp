@@ -19,6 +19,7 @@
 #include <coretry/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
 
+#include "support/cli.hpp"
 #include "support/plot.hpp"
 
 #include <asio/awaitable.hpp>
@@ -38,13 +39,13 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <utility>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -173,59 +174,46 @@ struct options {
   bool plot = true;
 };
 
-[[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: jitter_contention [--quick] [--runs N] [--seed S] [--clients A,B,...]\n"
-               "                         [--out-dir DIR] [--no-plot]\n"
-               "  default: clients 10..190 step 10, 100 runs each, seed 42, files in .\n"
-               "  --quick: clients 10,50,100, 30 runs (for CI)\n"
-               "  writes jitter_contention.csv (clients,strategy,calls,time) and a picture\n");
-  std::exit(code);
+void usage(std::FILE* out) {
+  std::fprintf(out, "usage: jitter_contention [--quick] [--runs N] [--seed S] [--clients A,B,...]\n"
+                    "                         [--out-dir DIR] [--no-plot]\n"
+                    "  default: clients 10..190 step 10, 100 runs each, seed 42, files in .\n"
+                    "  --quick: clients 10,50,100, 30 runs (for CI)\n"
+                    "  writes jitter_contention.csv (clients,strategy,calls,time) and a picture\n");
 }
 
 options parse(int argc, char** argv) {
+  namespace cli = sample_support::cli;
   options o;
   for (unsigned c = 10; c <= 190; c += 10)
     o.sizes.push_back(c);
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        usage(2);
-      return argv[++i];
-    };
-    try {
-      if (a == "--quick") {
-        o.sizes = {10, 50, 100};
-        o.runs = 30;
-      } else if (a == "--runs") {
-        o.runs = static_cast<unsigned>(std::stoul(value()));
-      } else if (a == "--seed") {
-        o.seed = std::stoull(value());
-      } else if (a == "--clients") {
-        o.sizes.clear();
-        const std::string list = value();
-        std::size_t pos = 0;
-        while (pos < list.size()) {
-          std::size_t used = 0;
-          o.sizes.push_back(static_cast<unsigned>(std::stoul(list.substr(pos), &used)));
-          pos += used + 1;
-        }
-      } else if (a == "--out-dir") {
-        o.out_dir = value();
-      } else if (a == "--no-plot") {
-        o.plot = false;
-      } else if (a == "--help" || a == "-h") {
-        usage(0);
-      } else {
-        usage(2);
-      }
-    } catch (const std::logic_error&) {
-      usage(2);
-    }
-  }
-  if (o.sizes.empty() || o.runs == 0)
-    usage(2);
+  cli::parse("jitter_contention", argc, argv, 1,
+             {{"quick"},
+              {"runs", true},
+              {"seed", true},
+              {"clients", true},
+              {"out-dir", true},
+              {"no-plot"}},
+             usage, [&](std::string_view a, const std::string& v) {
+               if (a == "quick") {
+                 o.sizes = {10, 50, 100};
+                 o.runs = 30;
+               } else if (a == "runs") {
+                 o.runs = static_cast<unsigned>(cli::whole(a, v, 1, 1000000));
+               } else if (a == "seed") {
+                 o.seed = cli::whole(a, v);
+               } else if (a == "clients") {
+                 o.sizes.clear();
+                 for (const auto& item : cli::list(v))
+                   o.sizes.push_back(static_cast<unsigned>(cli::whole(a, item, 1, 100000)));
+                 if (o.sizes.empty())
+                   cli::fail("--clients: no number in '" + v + "'");
+               } else if (a == "out-dir") {
+                 o.out_dir = v;
+               } else if (a == "no-plot") {
+                 o.plot = false;
+               }
+             });
   return o;
 }
 

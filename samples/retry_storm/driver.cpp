@@ -10,6 +10,7 @@
 // --time-scale X the whole model (server delays, think time, timeout, backoff, breaker and budget
 // windows, phases) runs 1/X times as fast on the wall clock, and rates are still given per model
 // second, so the numbers of a scaled run read like the article's.
+#include "support/cli.hpp"
 #include "support/fd_limit.hpp"
 #include "support/plot.hpp"
 
@@ -163,9 +164,9 @@ struct options {
   bool plot = true;
 };
 
-[[noreturn]] void usage(int code) {
+void usage(std::FILE* out) {
   std::fprintf(
-      code ? stderr : stdout,
+      out,
       "usage: retry_storm [run] [options]          the storm: freeze and thaw the server\n"
       "       retry_storm budget [options]         the budget demo: the server fails 100 %%\n"
       "       retry_storm swarm --url URL [options] only the swarm, against any HTTP server\n"
@@ -188,24 +189,6 @@ struct options {
       "  --duration-s S        (swarm) how long to run, default 60\n"
       "  --no-plot             write the CSVs only\n",
       static_cast<int>(strategy_names.size()), strategy_names.data());
-  std::exit(code);
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty())
-      out.push_back(item);
-  return out;
-}
-
-double to_number(const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !std::isfinite(x) || x < 0)
-    usage(2);
-  return x;
 }
 
 options parse(int argc, char** argv, int first, mode what) {
@@ -219,9 +202,33 @@ options parse(int argc, char** argv, int first, mode what) {
     o.outages = {30};
     o.watch_s = 10;
   }
+  namespace cli = sample_support::cli;
+  std::vector<std::pair<std::string, std::string>> given;
+  cli::parse("retry_storm", argc, argv, first,
+             {{"quick"},
+              {"strategies", true},
+              {"strategy", true},
+              {"clients", true},
+              {"think-s", true},
+              {"timeout-s", true},
+              {"time-scale", true},
+              {"seed", true},
+              {"steady-s", true},
+              {"outage-s", true},
+              {"watch-s", true},
+              {"hold-s", true},
+              {"duration-s", true},
+              {"backlog", true},
+              {"url", true},
+              {"out-dir", true},
+              {"server", true},
+              {"server-arg", true},
+              {"no-plot"},
+              {"transport", true}},
+             usage, [&](std::string_view a, const std::string& v) { given.emplace_back(a, v); });
   // --quick first, so that explicit flags given with it still win.
-  for (int i = first; i < argc; ++i)
-    if (std::string_view(argv[i]) == "--quick") {
+  for (const auto& [a, v] : given)
+    if (a == "quick") {
       // The storm needs many clients (see docs/retry_storm.md), so quick mode keeps all 1000 and
       // replays the model twice as fast instead.
       o.quick = true;
@@ -236,80 +243,72 @@ options parse(int argc, char** argv, int first, mode what) {
       }
       o.swarm_duration_s = 20;
     }
-  for (int i = first; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        usage(2);
-      return argv[++i];
-    };
-    auto number = [&]() { return to_number(value()); };
-    if (a == "--help" || a == "-h")
-      usage(0);
-    else if (a == "--quick")
-      continue;
-    else if (a == "--strategies")
-      o.strategies = split(value());
-    else if (a == "--strategy")
-      o.swarm.strategy = value();
-    else if (a == "--clients")
-      o.swarm.clients = static_cast<unsigned>(number());
-    else if (a == "--think-s")
+  for (const auto& [a, v] : given) {
+    auto number = [&, &a = a, &v = v]() { return cli::number(a, v); };
+    if (a == "strategies")
+      o.strategies = cli::list(v);
+    else if (a == "strategy")
+      o.swarm.strategy = v;
+    else if (a == "clients")
+      o.swarm.clients = static_cast<unsigned>(cli::whole(a, v, 1, 10000000));
+    else if (a == "think-s")
       o.swarm.think_mean_s = number();
-    else if (a == "--timeout-s")
+    else if (a == "timeout-s")
       o.swarm.timeout_s = number();
-    else if (a == "--time-scale")
+    else if (a == "time-scale")
       o.time_scale = number();
-    else if (a == "--seed")
-      o.swarm.seed = static_cast<std::uint64_t>(number());
-    else if (a == "--steady-s")
+    else if (a == "seed")
+      o.swarm.seed = cli::whole(a, v);
+    else if (a == "steady-s")
       o.steady_s = number();
-    else if (a == "--outage-s") {
+    else if (a == "outage-s") {
       o.outages.clear();
-      for (const auto& v : split(value()))
-        o.outages.push_back(to_number(v));
-    } else if (a == "--watch-s")
+      for (const auto& item : cli::list(v))
+        o.outages.push_back(cli::number(a, item, 1));
+    } else if (a == "watch-s")
       o.watch_s = number();
-    else if (a == "--hold-s")
+    else if (a == "hold-s")
       o.hold_s = number();
-    else if (a == "--duration-s")
+    else if (a == "duration-s")
       o.swarm_duration_s = number();
-    else if (a == "--backlog")
-      o.backlog = static_cast<int>(std::min(number(), 1e6));
-    else if (a == "--url")
-      o.swarm.url = value();
-    else if (a == "--out-dir")
-      o.out_dir = value();
-    else if (a == "--server")
-      o.server_path = value();
-    else if (a == "--server-arg")
-      o.server_args.push_back(value());
-    else if (a == "--no-plot")
+    else if (a == "backlog")
+      o.backlog = static_cast<int>(cli::whole(a, v, 1, 1000000));
+    else if (a == "url")
+      o.swarm.url = v;
+    else if (a == "out-dir")
+      o.out_dir = v;
+    else if (a == "server")
+      o.server_path = v;
+    else if (a == "server-arg")
+      o.server_args.push_back(v);
+    else if (a == "no-plot")
       o.plot = false;
-    else if (a == "--transport") {
-      const std::string t = value();
-      if (t == "curl")
+    else if (a == "transport") {
+      if (v == "curl")
         o.swarm.transport = transport_kind::curl;
-      else if (t == "asio")
+      else if (v == "asio")
         o.swarm.transport = transport_kind::asio;
       else
-        usage(2);
-    } else
-      usage(2);
+        cli::fail("--transport: '" + v + "' is neither curl nor asio");
+    }
   }
   if (what == mode::swarm)
     o.strategies = {o.swarm.strategy};
   for (const auto& s : o.strategies)
-    if (!strategy_backoff(s)) {
-      std::fprintf(stderr, "unknown strategy '%s'\n", s.c_str());
-      usage(2);
-    }
-  if (o.strategies.empty() || o.outages.empty() || o.steady_s < 2 * o.warmup_s ||
-      o.watch_s < o.hold_s || o.hold_s < 1 || !(o.time_scale > 0))
-    usage(2);
-  for (double outage : o.outages)
-    if (outage < 1)
-      usage(2);
+    if (!strategy_backoff(s))
+      cli::fail("unknown strategy '" + s + "' (see --help)");
+  if (o.strategies.empty())
+    cli::fail("no strategy given");
+  if (o.outages.empty())
+    cli::fail("--outage-s: no outage given");
+  if (o.steady_s < 2 * o.warmup_s)
+    cli::fail("--steady-s must be at least " + std::to_string(2 * o.warmup_s));
+  if (o.hold_s < 1)
+    cli::fail("--hold-s must be at least 1");
+  if (o.watch_s < o.hold_s)
+    cli::fail("--watch-s must be at least --hold-s");
+  if (!(o.time_scale > 0))
+    cli::fail("--time-scale must be positive");
   if (o.server_path.empty()) {
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

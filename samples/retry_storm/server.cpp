@@ -26,6 +26,7 @@
 //   port <n> backlog <b>                          once, when listening
 //   stat t=<s> concurrency=<n> delay_ms=<d> peak=<n> accepted=<n> completed=<n> failed=<n>
 //     every --stats-interval; peak is the highest concurrency since the previous line
+#include "support/cli.hpp"
 #include "support/fd_limit.hpp"
 
 #include <asio/buffer.hpp>
@@ -262,8 +263,8 @@ asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& 
   }
 }
 
-[[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
+void usage(std::FILE* out) {
+  std::fprintf(out,
                "usage: retry_storm_server [--port N (0 = any; default 8070)] [--base-ms 100]\n"
                "         [--limit 30] [--factor 1.05] [--k 15] [--max-delay-s 3600]\n"
                "         [--tick-ms 50] [--stats-interval-s 1] [--backlog N]\n"
@@ -272,43 +273,47 @@ asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& 
                "every tick from the current concurrency. The backlog defaults to the system's\n"
                "(/proc/sys/net/core/somaxconn, else SOMAXCONN). SIGUSR1: answer 503 to every\n"
                "request from now on; SIGUSR2: serve again.\n");
-  std::exit(code);
 }
 
 options parse(int argc, char** argv) {
+  namespace cli = sample_support::cli;
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--help" || a == "-h")
-      usage(0);
-    if (i + 1 >= argc)
-      usage(2);
-    const char* v = argv[++i];
-    char* end = nullptr;
-    const double x = std::strtod(v, &end);
-    if (end == v || *end != '\0' || !std::isfinite(x) || x < 0)
-      usage(2);
-    if (a == "--port" && x <= 65535)
-      o.port = static_cast<unsigned short>(x);
-    else if (a == "--base-ms" && x > 0)
-      o.m.base_s = x / 1e3;
-    else if (a == "--limit")
-      o.m.limit = static_cast<unsigned>(x);
-    else if (a == "--factor" && x >= 1)
-      o.m.factor = x;
-    else if (a == "--k" && x > 0)
-      o.m.k = x;
-    else if (a == "--max-delay-s" && x > 0)
-      o.m.max_delay_s = x;
-    else if (a == "--tick-ms" && x > 0)
-      o.tick_s = x / 1e3;
-    else if (a == "--stats-interval-s" && x > 0)
-      o.stats_interval_s = x;
-    else if (a == "--backlog" && x >= 1)
-      o.backlog = static_cast<int>(std::min(x, 1e6));
-    else
-      usage(2);
-  }
+  auto positive = [](std::string_view a, const std::string& v) {
+    const double x = cli::number(a, v);
+    if (!(x > 0))
+      cli::fail("--" + std::string(a) + ": '" + v + "' is not positive");
+    return x;
+  };
+  cli::parse("retry_storm_server", argc, argv, 1,
+             {{"port", true},
+              {"base-ms", true},
+              {"limit", true},
+              {"factor", true},
+              {"k", true},
+              {"max-delay-s", true},
+              {"tick-ms", true},
+              {"stats-interval-s", true},
+              {"backlog", true}},
+             usage, [&](std::string_view a, const std::string& v) {
+               if (a == "port")
+                 o.port = static_cast<unsigned short>(cli::whole(a, v, 0, 65535));
+               else if (a == "base-ms")
+                 o.m.base_s = positive(a, v) / 1e3;
+               else if (a == "limit")
+                 o.m.limit = static_cast<unsigned>(cli::whole(a, v, 0, 1000000000));
+               else if (a == "factor")
+                 o.m.factor = cli::number(a, v, 1);
+               else if (a == "k")
+                 o.m.k = positive(a, v);
+               else if (a == "max-delay-s")
+                 o.m.max_delay_s = positive(a, v);
+               else if (a == "tick-ms")
+                 o.tick_s = positive(a, v) / 1e3;
+               else if (a == "stats-interval-s")
+                 o.stats_interval_s = positive(a, v);
+               else if (a == "backlog")
+                 o.backlog = static_cast<int>(cli::whole(a, v, 1, 1000000));
+             });
   o.m.max_delay_s = std::max(o.m.max_delay_s, o.m.base_s);
   return o;
 }
