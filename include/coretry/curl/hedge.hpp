@@ -41,6 +41,16 @@ inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) 
   return prepare_http(c, std::move(req), std::move(policy));
 }
 
+// The two `hedge` overloads below, compiled once in libcoretry_curl (lib/curl/retry.cpp), as
+// `retry_compiled`.
+CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req,
+                                                          coretry::retry_policy policy,
+                                                          coretry::hedge_options options);
+CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req,
+                                                          coretry::retry_policy policy,
+                                                          coretry::hedge_options options,
+                                                          coretry::hedge_stats& stats);
+
 } // namespace detail
 
 /// Performs `req` on `c` hedged (see coretry/hedge.hpp): another copy starts when none has
@@ -65,16 +75,14 @@ inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) 
 inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
                                        coretry::retry_policy policy = {},
                                        coretry::hedge_options options = {}) {
-  auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
-  return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options));
+  return detail::hedge_compiled(c, std::move(req), std::move(policy), std::move(options));
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
 inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
                                        coretry::retry_policy policy, coretry::hedge_options options,
                                        coretry::hedge_stats& stats) {
-  auto [attempt, p] = detail::prepare_hedge(c, std::move(req), std::move(policy));
-  return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options), stats);
+  return detail::hedge_compiled(c, std::move(req), std::move(policy), std::move(options), stats);
 }
 
 /// `hedge` for any completion token, on the client's executor.

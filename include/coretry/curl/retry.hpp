@@ -151,6 +151,14 @@ inline asio::awaitable<response> with_detail(asio::awaitable<response> op,
   }
 }
 
+// The two `retry` overloads below, compiled once in libcoretry_curl (lib/curl/retry.cpp) rather
+// than in every unit that calls them: their types are all concrete, and instantiating the retry
+// loop for them costs each caller about 20 s and 200 MB of compiler at -O2.
+CORETRY_CURL_API asio::awaitable<response> retry_compiled(client& c, request req,
+                                                          coretry::retry_policy policy);
+CORETRY_CURL_API asio::awaitable<response>
+retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::retry_stats& stats);
+
 } // namespace detail
 
 /// Performs `req` on `c`, retrying under `policy` with the HTTP classification of
@@ -186,17 +194,14 @@ inline asio::awaitable<response> with_detail(asio::awaitable<response> op,
 /// `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req,
                                        coretry::retry_policy policy = {}) {
-  auto [attempt, p, st] = detail::prepare_http_shared(c, std::move(req), std::move(policy));
-  return detail::with_detail(coretry::retry_async(std::move(attempt), std::move(p)), std::move(st));
+  return detail::retry_compiled(c, std::move(req), std::move(policy));
 }
 
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
 inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req,
                                        coretry::retry_policy policy, coretry::retry_stats& stats) {
-  auto [attempt, p, st] = detail::prepare_http_shared(c, std::move(req), std::move(policy));
-  return detail::with_detail(coretry::retry_async(std::move(attempt), std::move(p), stats),
-                             std::move(st));
+  return detail::retry_compiled(c, std::move(req), std::move(policy), stats);
 }
 
 /// `retry` for any completion token, on the client's executor.
