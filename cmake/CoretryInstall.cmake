@@ -31,7 +31,7 @@ install(FILES
   cmake/FindAsio.cmake
   DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE_1_0.txt" "${PROJECT_SOURCE_DIR}/CHANGELOG.md"
-  DESTINATION ${CMAKE_INSTALL_DOCDIR})
+  DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/coretry)
 
 # pkg-config: the same interface as the CMake targets (include directories, the one definition
 # config.hpp checks, -pthread, the libraries). A static coretry_curl needs libcurl on the link
