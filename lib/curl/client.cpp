@@ -121,6 +121,9 @@ void client_options::validate() const {
   if (http_version > http_version_option::http2_prior_knowledge)
     throw_invalid("client_options", "http_version", std::to_string(static_cast<int>(http_version)),
                   "must be an http_version_option");
+  if (max_response_headers == 0)
+    throw_invalid("client_options", "max_response_headers", "0",
+                  "must be 1 or more (bytes of response header lines)");
   detail::validate_tls(tls, "client_options", "tls.");
 }
 

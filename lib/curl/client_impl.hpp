@@ -56,6 +56,8 @@ private:
   void release_easy(transfer& t);
   void transfer_done(CURL* easy, CURLcode result) override;
   void transfers_freed() override;
+  void callback_failed(CURL* easy, std::error_code ec, const char* what) noexcept override;
+  void abort_failed(bool all, std::error_code ec) override;
 
   client_options options_;
   easy_defaults defaults_;

@@ -1,7 +1,12 @@
 // Turns a `request` into a configured easy handle: options, headers, body, response callbacks.
 
 #include <coretry/curl/classify.hpp>
+#include <coretry/curl/error.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -12,18 +17,56 @@ namespace coretry::curl::detail {
 
 namespace {
 
-std::size_t write_body(char* data, std::size_t size, std::size_t count, void* userp) {
-  auto* t = static_cast<transfer*>(userp);
-  t->resp.body.append(data, size * count);
-  return size * count;
+// The callbacks below run inside libcurl: no exception may leave them (it would unwind through
+// C code and leave the multi handle "inside a callback" for good). Any failure, an exception or
+// a size limit passed, is recorded on the transfer and reported to libcurl by returning a
+// count other than the one given, which aborts this transfer alone (CURLE_WRITE_ERROR); the
+// transfer then completes with the recorded error (client_impl::transfer_done).
+void abort_with_exception(transfer& t, const char* where) noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    set_abort(t, make_error_code(errc::out_of_memory), where);
+  } catch (...) {
+    set_abort(t, make_error_code(errc::write_error), where);
+  }
 }
 
-std::size_t write_header(char* data, std::size_t size, std::size_t count, void* userp) {
-  // A status line starts a new response (a redirect hop or an interim 1xx): only the last
-  // one's fields are kept.
-  add_header_line(static_cast<transfer*>(userp)->resp.headers,
-                  std::string_view(data, size * count));
-  return size * count;
+std::size_t write_body(char* data, std::size_t size, std::size_t count, void* userp) noexcept {
+  auto* t = static_cast<transfer*>(userp);
+  const std::size_t n = size * count;
+  if (t->max_body > 0 && n > t->max_body - t->resp.body.size()) {
+    set_abort(*t, make_error_code(errc::filesize_exceeded),
+              "response body larger than client_options::max_response_body");
+    return 0;
+  }
+  try {
+    maybe_inject(fault_point::body);
+    t->resp.body.append(data, n);
+  } catch (...) {
+    abort_with_exception(*t, "exception while storing the response body");
+    return 0;
+  }
+  return n;
+}
+
+std::size_t write_header(char* data, std::size_t size, std::size_t count, void* userp) noexcept {
+  auto* t = static_cast<transfer*>(userp);
+  const std::size_t n = size * count;
+  if (n > t->max_headers - std::min(t->header_bytes, t->max_headers)) {
+    set_abort(*t, make_error_code(errc::filesize_exceeded),
+              "response header block larger than client_options::max_response_headers");
+    return 0;
+  }
+  t->header_bytes += n;
+  try {
+    maybe_inject(fault_point::header);
+    t->headers.line(std::string_view(data, n));
+  } catch (...) {
+    abort_with_exception(*t, "exception while storing a response header");
+    return 0;
+  }
+  return n;
 }
 
 // "scheme://" at the start (RFC 3986 scheme syntax). libcurl would guess a scheme for anything
@@ -99,6 +142,22 @@ CURLcode configure_tls(CURL* e, const tls_options& tls) {
 
 } // namespace
 
+std::atomic<unsigned> armed_faults{0};
+
+void maybe_inject(fault_point p) {
+  const auto bit = static_cast<unsigned>(p);
+  if ((armed_faults.load(std::memory_order_relaxed) & bit) != 0 &&
+      (armed_faults.fetch_and(~bit, std::memory_order_relaxed) & bit) != 0)
+    throw std::bad_alloc();
+}
+
+void set_abort(transfer& t, std::error_code ec, const char* what) noexcept {
+  if (t.abort_error)
+    return; // the first failure is the one reported
+  t.abort_error = ec;
+  std::snprintf(t.abort_detail, sizeof t.abort_detail, "coretry: %s", what);
+}
+
 void free_headers(transfer& t) noexcept {
   if (t.header_list) {
     curl_slist_free_all(t.header_list);
@@ -132,6 +191,11 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   set(CURLOPT_HEADERDATA, static_cast<void*>(&t));
   t.error_buffer[0] = '\0';
   set(CURLOPT_ERRORBUFFER, t.error_buffer);
+  t.max_body = defaults.max_body;
+  t.max_headers = defaults.max_headers;
+  // An announced Content-Length over the limit fails before any byte of body is stored.
+  if (t.max_body > 0 && t.max_body <= static_cast<std::size_t>(INT64_MAX))
+    set(CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(t.max_body));
   set(CURLOPT_HTTP_VERSION, curl_http_version(defaults.http_version));
   // Without it, concurrent transfers to a host whose first connection is still being set up
   // each open their own (64 handshakes for 200 HTTP/2 requests under the default limit, seen

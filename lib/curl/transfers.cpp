@@ -69,6 +69,8 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
       driver_(executor_, mutex_, *this, stats_.open, stats_.connects, limits_of(options_)) {
   defaults_.http_version = options_.http_version;
   defaults_.tls = &options_.tls;
+  defaults_.max_body = options_.max_response_body;
+  defaults_.max_headers = options_.max_response_headers;
   if (options_.max_concurrent_requests > 0) {
     capacity_ = options_.max_concurrent_requests;
   } else if (options_.max_total_connections > 0) {
@@ -240,7 +242,7 @@ void client_impl::finish(std::shared_ptr<transfer> t, std::error_code ec) {
       c->complete(ec, std::move(t->resp));
     } else {
       response failed;
-      failed.error_detail = t->error_buffer;
+      failed.error_detail = t->abort_error ? t->abort_detail : t->error_buffer;
       c->complete(ec, std::move(failed));
     }
   }
@@ -299,16 +301,65 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
   default:
     break;
   }
-  if (result == CURLE_OK)
+  t->resp.headers = std::move(t->headers.headers);
+  const std::error_code ec = outcome(*t, result);
+  if (!ec)
     learn(*t);
   driver_.remove(easy);
   release_easy(*t);
-  finish(std::move(t),
-         result == CURLE_OK ? std::error_code() : std::error_code(result, curl_category()));
+  finish(std::move(t), ec);
+}
+
+std::error_code outcome(transfer& t, CURLcode result) {
+  // A callback that aborted the transfer said why (an exception, a size limit).
+  if (t.abort_error)
+    return t.abort_error;
+  if (result == CURLE_OK)
+    return {};
+  const std::string_view detail = t.error_buffer;
+  // libcurl 7.88's own header limits: a header block over 300 KiB fails with
+  // CURLE_RECV_ERROR "Too large response headers: ...", one line over 100 KiB with
+  // CURLE_OUT_OF_MEMORY while the block is being read. Both fail the same way each time: the
+  // same error as client_options::max_response_headers, which is not retried.
+  if ((result == CURLE_RECV_ERROR && detail.starts_with("Too large response headers")) ||
+      (result == CURLE_OUT_OF_MEMORY && t.resp.body.empty() &&
+       (t.headers.in_block || t.header_bytes == 0))) {
+    set_abort(t, make_error_code(errc::filesize_exceeded),
+              "response header line or block larger than libcurl accepts (100 KiB a line, "
+              "300 KiB a block)");
+    return t.abort_error;
+  }
+  return {result, curl_category()};
 }
 
 void client_impl::transfers_freed() {
   start_queued();
+}
+
+void client_impl::callback_failed(CURL* easy, std::error_code ec, const char* what) noexcept {
+  if (!easy)
+    return;
+  auto it = active_.find(easy);
+  if (it != active_.end())
+    set_abort(*it->second, ec, what);
+}
+
+void client_impl::abort_failed(bool all, std::error_code ec) {
+  std::vector<std::shared_ptr<transfer>> failed;
+  for (auto& [easy, t] : active_)
+    if (all || t->abort_error)
+      failed.push_back(t);
+  for (auto& t : failed) {
+    set_abort(*t, ec, "the client could not watch libcurl's timer");
+    driver_.remove(t->easy);
+    active_.erase(t->easy);
+    used_ -= t->cost;
+    stats_.active.add(-1);
+    release_easy(*t);
+    finish(t, t->abort_error);
+  }
+  if (!failed.empty())
+    start_queued();
 }
 
 } // namespace coretry::curl::detail

@@ -78,10 +78,21 @@ struct client_options {
   /// Trust and client certificate for https:// URLs; verification on (see `tls_options`).
   /// `request::tls` replaces it for one request.
   tls_options tls{};
+  /// The largest response body accepted, in bytes (after decoding chunked transfer encoding);
+  /// 0 = no limit. A body announced larger (Content-Length) fails before any of it is stored, one
+  /// growing past it fails as soon as it does: `errc::filesize_exceeded`, never retried. The
+  /// whole body is held in memory (`response::body`), so the default, 64 MiB, keeps an endless
+  /// or hostile body from taking all of it.
+  std::size_t max_response_body = std::size_t{64} << 20;
+  /// The most header bytes accepted in one transfer, every line counted as received (status
+  /// lines, fields, the blank lines, interim 1xx and redirect hops, trailers); default 256 KiB,
+  /// at least 1. Beyond it: `errc::filesize_exceeded`, never retried. libcurl 7.88 has limits of
+  /// its own (100 KiB for one line, 300 KiB for a block): passing those gives the same error.
+  std::size_t max_response_headers = std::size_t{256} << 10;
 
   /// Throws `std::invalid_argument` naming the field and its value when a `long` field is
-  /// negative, `http_version` is out of range, or `tls` is invalid (`tls.ca_file`, ...; see
-  /// `tls_options::validate`).
+  /// negative, `http_version` is out of range, `max_response_headers` is 0, or `tls` is invalid
+  /// (`tls.ca_file`, ...; see `tls_options::validate`).
   void validate() const;
 };
 

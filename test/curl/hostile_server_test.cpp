@@ -1,0 +1,246 @@
+// Issue 18: what a hostile or broken server cannot do to a client. No exception crosses a
+// libcurl callback, responses are bounded, and the failures that repeat identically are never
+// retried.
+
+#include <coretry/curl/classify.hpp>
+#include <coretry/curl/client.hpp>
+#include <coretry/curl/retry.hpp>
+
+#include <doctest/doctest.h>
+#include <support/http_fault_server.hpp>
+
+#include <asio/experimental/as_tuple.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "test_util.hpp"
+#include "transfer.hpp"
+
+namespace {
+constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+using coretry::curl::detail::armed_faults;
+using coretry::curl::detail::fault_point;
+
+struct outcome {
+  std::error_code ec;
+  response r;
+};
+
+outcome perform(asio::io_context& io, client& c, request req) {
+  outcome out;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await c.async_perform(std::move(req), nothrow);
+    out = {ec, std::move(r)};
+  }());
+  return out;
+}
+
+void arm(fault_point p) {
+  armed_faults.fetch_or(static_cast<unsigned>(p));
+}
+
+coretry::retry_policy fast(unsigned attempts) {
+  coretry::retry_policy p;
+  p.max_attempts = attempts;
+  p.backoff = coretry::backoff::exponential(1ms, 2.0, 4ms);
+  return p;
+}
+
+// What coretry::curl::retry made of `req` against `server`: the error (empty for a response)
+// and the number of requests the server saw.
+std::error_code retried_error(asio::io_context& io, client& c, request req) {
+  std::error_code result;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await coretry::curl::async_retry(c, std::move(req), fast(4), nothrow);
+    result = ec;
+  }());
+  return result;
+}
+
+std::string big_header_response(std::size_t header_bytes, std::size_t line = 8000) {
+  std::string out = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n";
+  for (std::size_t i = 0; header_bytes > 0; ++i) {
+    const std::size_t n = std::min(line, header_bytes);
+    out += "X-Fill-" + std::to_string(i) + ": " + std::string(n, 'a') + "\r\n";
+    header_bytes -= n;
+  }
+  return out + "\r\nok";
+}
+} // namespace
+
+TEST_CASE("an exception in a libcurl callback fails that transfer alone; the client stays usable") {
+  // Issue 18, finding 1: std::bad_alloc in the body callback unwound through libcurl, out of
+  // io.run(), and left the multi handle unusable (every later request: failed_init).
+  for (auto point : {fault_point::body, fault_point::header, fault_point::socket}) {
+    CAPTURE(static_cast<unsigned>(point));
+    asio::io_context io;
+    http_fault_server server(io.get_executor());
+    server.set_default(http_action::ok("hello"));
+    client c(io.get_executor());
+    arm(point);
+    auto failed = perform(io, c, get(server.url()));
+    CHECK(failed.ec == errc::out_of_memory);
+    CHECK(failed.r.error_detail.starts_with("coretry: exception"));
+    CHECK_FALSE(coretry::curl::is_retryable(failed.ec));
+    for (int i = 0; i < 3; ++i) {
+      auto ok = perform(io, c, get(server.url()));
+      CHECK_FALSE(ok.ec);
+      CHECK(ok.r.body == "hello");
+    }
+    CHECK(c.stats().active_transfers == 0);
+  }
+}
+
+TEST_CASE("a timer callback that throws is recovered from: the transfer still completes") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::ok("hello"));
+  client c(io.get_executor());
+  arm(fault_point::timer);
+  auto first = perform(io, c, get(server.url()));
+  CHECK_FALSE(first.ec);
+  CHECK(first.r.body == "hello");
+  CHECK(armed_faults.load() == 0);
+  CHECK_FALSE(perform(io, c, get(server.url())).ec);
+}
+
+TEST_CASE("a body over max_response_body fails with filesize_exceeded, announced or not") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client_options o;
+  o.max_response_body = 1000;
+  client c(io.get_executor(), o);
+  // Announced by Content-Length: refused before any of it is stored.
+  server.push(http_action::ok(std::string(1001, 'x')));
+  auto announced = perform(io, c, get(server.url()));
+  CHECK(announced.ec == errc::filesize_exceeded);
+  // Chunked, no length announced: fails once it grows past the limit.
+  std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 20; ++i)
+    chunked += "64\r\n" + std::string(100, 'y') + "\r\n";
+  chunked += "0\r\n\r\n";
+  server.push(http_action::raw(chunked));
+  auto grown = perform(io, c, get(server.url()));
+  CHECK(grown.ec == errc::filesize_exceeded);
+  CHECK(grown.r.error_detail.find("max_response_body") != std::string::npos);
+  // Exactly at the limit is fine.
+  server.push(http_action::ok(std::string(1000, 'z')));
+  auto exact = perform(io, c, get(server.url()));
+  CHECK_FALSE(exact.ec);
+  CHECK(exact.r.body.size() == 1000);
+  // Not retried: the same response is as large the next time.
+  server.set_default(http_action::ok(std::string(5000, 'x')));
+  const auto before = server.requests();
+  CHECK(retried_error(io, c, get(server.url())) == errc::filesize_exceeded);
+  CHECK(server.requests() == before + 1);
+}
+
+TEST_CASE("header bytes over max_response_headers fail with filesize_exceeded, not retried") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client_options o;
+  o.max_response_headers = 4096;
+  client c(io.get_executor(), o);
+  server.set_default(http_action::raw(big_header_response(5000), true));
+  CHECK(retried_error(io, c, get(server.url())) == errc::filesize_exceeded);
+  CHECK(server.requests() == 1);
+  server.set_default(http_action::raw(big_header_response(3000), true));
+  CHECK_FALSE(perform(io, c, get(server.url())).ec);
+}
+
+TEST_CASE("libcurl's own header limits give the same error, never retried") {
+  // Issue 18, finding 8: a block over libcurl's 300 KiB cap (CURLE_RECV_ERROR) was retried and
+  // downloaded max_attempts times; one line over 100 KiB gave out_of_memory.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client_options o;
+  o.max_response_headers = std::size_t{4} << 20; // above libcurl's caps, which then apply
+  client c(io.get_executor(), o);
+  server.set_default(http_action::raw(big_header_response(400 * 1024)));
+  CHECK(retried_error(io, c, get(server.url())) == errc::filesize_exceeded);
+  CHECK(server.requests() == 1);
+  server.set_default(http_action::raw(big_header_response(150 * 1024, 150 * 1024)));
+  CHECK(retried_error(io, c, get(server.url())) == errc::filesize_exceeded);
+  CHECK(server.requests() == 2);
+  // With the default limit (256 KiB), the block is refused by the client first.
+  client d(io.get_executor());
+  server.set_default(http_action::raw(big_header_response(400 * 1024)));
+  CHECK(retried_error(io, d, get(server.url())) == errc::filesize_exceeded);
+  CHECK(server.requests() == 3);
+}
+
+TEST_CASE("response size limits are validated") {
+  asio::io_context io;
+  client_options o;
+  o.max_response_headers = 0;
+  CHECK_THROWS_WITH_AS(client(io.get_executor(), o), doctest::Contains("max_response_headers = 0"),
+                       std::invalid_argument);
+  o = {};
+  o.max_response_body = 0; // no limit: allowed
+  CHECK_NOTHROW(client(io.get_executor(), o));
+}
+
+TEST_CASE("trailer fields are not response headers: a Retry-After trailer is ignored") {
+  // Issue 18, finding 9: trailers were merged into response::headers and obeyed.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::raw("HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n"
+                               "X-Head: h\r\n\r\n4\r\nbusy\r\n0\r\nRetry-After: 30\r\n"
+                               "X-Trailer: t\r\n\r\n",
+                               true));
+  client c(io.get_executor());
+  auto first = perform(io, c, get(server.url()));
+  REQUIRE_FALSE(first.ec);
+  CHECK(first.r.status == 503);
+  CHECK(first.r.body == "busy");
+  CHECK(first.r.header("X-Head") == "h");
+  CHECK_FALSE(first.r.header("Retry-After"));
+  CHECK_FALSE(first.r.header("X-Trailer"));
+  // Through retry: the 30 s trailer is not a hint; the backoff's few milliseconds are used.
+  server.push(http_action::raw("HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n"
+                               "\r\n0\r\nRetry-After: 30\r\n\r\n",
+                               true));
+  server.push(http_action::ok("done"));
+  coretry::retry_stats stats;
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, get(server.url()), fast(3), stats);
+  }());
+  CHECK(r.body == "done");
+  CHECK(stats.attempts == 2);
+  CHECK(stats.slept < 1s);
+}
+
+TEST_CASE("a header line starting with HTTP/ inside the block erases no earlier field") {
+  // Issue 18, finding 9: it was taken for a new status line, dropping Retry-After.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::raw("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 7\r\n"
+                               "HTTP/2-Settings: x\r\nContent-Length: 0\r\n\r\n",
+                               true));
+  client c(io.get_executor());
+  auto got = perform(io, c, get(server.url()));
+  REQUIRE_FALSE(got.ec);
+  CHECK(got.r.status == 503);
+  CHECK(got.r.header("Retry-After") == "7");
+  CHECK(got.r.header("Content-Length") == "0");
+}
+
+TEST_CASE("interim and redirect responses still start a new header block") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::raw("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                               "HTTP/1.1 302 Found\r\nLocation: /next\r\nContent-Length: 0\r\n\r\n",
+                               true));
+  server.push({.status = 200, .headers = {{"X-Final", "1"}}, .body = "end"});
+  client c(io.get_executor());
+  auto req = get(server.url());
+  req.follow_redirects = true;
+  auto got = perform(io, c, req);
+  REQUIRE_FALSE(got.ec);
+  CHECK(got.r.status == 200);
+  CHECK(got.r.header("X-Final") == "1");
+  CHECK_FALSE(got.r.header("Location"));
+  CHECK_FALSE(got.r.header("Link"));
+}
