@@ -193,7 +193,17 @@ void multi_driver::on_wait(curl_socket_t fd, std::uint64_t id, bool write, std::
     arm(s); // cancelled by a CURL_POLL_REMOVE or a change of interest: re-arm what is wanted
     return;
   }
-  socket_action(fd, ec ? CURL_CSELECT_ERR : (write ? CURL_CSELECT_OUT : CURL_CSELECT_IN));
+  // Report every direction that is ready, not only the one whose wait completed: libcurl
+  // reads before it writes when told both. A server that answers an upload early (a 413) and
+  // closes leaves its reply readable and the socket reset; told only "writable", libcurl
+  // would fail the send and never see the reply.
+  int events = ec ? CURL_CSELECT_ERR : (write ? CURL_CSELECT_OUT : CURL_CSELECT_IN);
+  if (!ec && write && (s.want & CURL_POLL_IN) != 0) {
+    pollfd p{s.desc.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0)
+      events |= CURL_CSELECT_IN;
+  }
+  socket_action(fd, events);
   // Look the socket up again: libcurl may have closed it, or reopened the same number.
   auto again = sockets_.find(fd);
   if (again != sockets_.end())

@@ -11,8 +11,11 @@
 
 #include <asio/experimental/as_tuple.hpp>
 
+#include <algorithm>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "test_util.hpp"
 #include "transfer.hpp"
@@ -243,4 +246,93 @@ TEST_CASE("interim and redirect responses still start a new header block") {
   CHECK(got.r.header("X-Final") == "1");
   CHECK_FALSE(got.r.header("Location"));
   CHECK_FALSE(got.r.header("Link"));
+}
+
+TEST_CASE("an early 413 before an upload was read is the response, not a retried send error") {
+  // Issue 18, finding 7: the server answers 413 and closes without reading the PUT; libcurl's
+  // send then fails (a reset), which was retried, re-sending the upload max_attempts times.
+  for (std::size_t size : {std::size_t{64} << 10, std::size_t{200} << 10, std::size_t{900} << 10,
+                           std::size_t{3} << 20, std::size_t{16} << 20}) {
+    CAPTURE(size);
+    for (int round = 0; round < 4; ++round) {
+      asio::io_context io;
+      http_fault_server server(io.get_executor());
+      http_action early = http_action::with_status(413, "too large");
+      early.early = true;
+      early.delay = std::chrono::milliseconds(round % 2 * 20);
+      early.keep_alive = round < 2;
+      server.push(early);
+      client c(io.get_executor());
+      request put;
+      put.method = "PUT";
+      put.url = server.url("/upload");
+      put.body = std::string(size, 'u');
+      put.headers = {{"Expect", ""}}; // no 100-continue: the body goes out at once
+      std::error_code error;
+      response r;
+      run_until_done(io, [&]() -> asio::awaitable<void> {
+        auto [ec, got] = co_await coretry::curl::async_retry(c, put, fast(4), nothrow);
+        error = ec;
+        r = std::move(got);
+      }());
+      CHECK_FALSE(error);
+      CHECK(r.status == 413);
+      CHECK(server.requests() == 1);
+    }
+  }
+}
+
+TEST_CASE("property: no deterministic failure is retried") {
+  // Each case fails the same way on every attempt: retrying it would only repeat the transfer.
+  // Seeded order, four attempts allowed; the server must see exactly one request.
+  struct failure {
+    const char* name;
+    http_action action;
+    bool upload;
+  };
+  auto early = [](int status) {
+    auto a = http_action::with_status(status, "no");
+    a.early = true;
+    a.delay = 20ms;
+    a.keep_alive = false;
+    return a;
+  };
+  std::vector<failure> cases{
+      {"body over the limit", http_action::ok(std::string(70u << 20, 'x')), false},
+      {"header block over the limit", http_action::raw(big_header_response(300u << 10)), false},
+      {"header line over libcurl's cap",
+       http_action::raw(big_header_response(150u << 10, 150u << 10)), false},
+      {"not HTTP at all", http_action::raw("SSH-2.0-OpenSSH\r\n\r\n"), false},
+      {"early 413 on an upload", early(413), true},
+      {"early 400 on an upload", early(400), true},
+      {"early 401 on an upload", early(401), true},
+      {"early 404 on an upload", early(404), true},
+      {"a 404", http_action::with_status(404), false},
+      {"a 409", http_action::with_status(409), false},
+  };
+  std::mt19937 rng(18);
+  std::shuffle(cases.begin(), cases.end(), rng);
+  for (const auto& f : cases) {
+    CAPTURE(f.name);
+    asio::io_context io;
+    http_fault_server server(io.get_executor());
+    server.push(f.action);
+    server.set_default(http_action::ok("would have worked"));
+    client c(io.get_executor());
+    request req = get(server.url());
+    if (f.upload) {
+      req.method = "PUT";
+      req.body = std::string(std::size_t{8} << 20, 'u');
+      req.headers = {{"Expect", ""}};
+    }
+    std::error_code error;
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      auto [ec, got] = co_await coretry::curl::async_retry(c, req, fast(4), nothrow);
+      error = ec;
+      r = std::move(got);
+    }());
+    CHECK(server.requests() == 1);
+    CHECK((error || r.status >= 400));
+  }
 }

@@ -150,12 +150,18 @@ struct http_fault_server::state : std::enable_shared_from_this<state> {
         log.push_back(req);
         http_action a = std::move(script.front());
         script.pop_front();
+        if (a.delay.count() > 0) { // the client meanwhile fills the socket buffers
+          asio::steady_timer timer(executor, a.delay);
+          co_await timer.async_wait(nothrow);
+        }
         std::string head = "HTTP/1.1 " + std::to_string(a.status) + " " + reason(a.status) +
                            "\r\nContent-Length: " + std::to_string(a.body.size()) +
                            "\r\nConnection: close\r\n\r\n" + a.body;
         co_await asio::async_write(*sock, asio::buffer(head), nothrow);
         std::error_code ignored;
-        sock->close(ignored); // the unread upload makes it a reset
+        if (!a.keep_alive) // at once, as a reset
+          sock->set_option(asio::socket_base::linger(true, 0), ignored);
+        sock->close(ignored); // the unread upload makes it a reset anyway
         co_return;
       }
       while (buf.size() < length) {
