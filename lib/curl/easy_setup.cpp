@@ -120,10 +120,19 @@ CURLcode configure_tls(CURL* e, const tls_options& tls) {
     if (rc == CURLE_OK)
       rc = curl_easy_setopt(e, opt, value);
   };
+  // A CA given by the caller replaces every built-in source: Debian's libcurl otherwise still
+  // trusts its compiled-in bundle (CAINFO /etc/ssl/certs/ca-certificates.crt) and directory
+  // (CAPATH /etc/ssl/certs) beside it. NULL disables a source; libcurl 7.88 built without
+  // CURL_CA_FALLBACK (Debian's) then loads nothing else, not even OpenSSL's default paths.
+  const bool pinned = !tls.ca_file.empty() || !tls.ca_path.empty() || !tls.ca_blob.empty();
   if (!tls.ca_file.empty())
     set(CURLOPT_CAINFO, tls.ca_file.c_str());
+  else if (pinned)
+    set(CURLOPT_CAINFO, static_cast<const char*>(nullptr));
   if (!tls.ca_path.empty())
     set(CURLOPT_CAPATH, tls.ca_path.c_str());
+  else if (pinned)
+    set(CURLOPT_CAPATH, static_cast<const char*>(nullptr));
   if (!tls.ca_blob.empty()) {
     curl_blob blob{const_cast<char*>(tls.ca_blob.data()), tls.ca_blob.size(), CURL_BLOB_COPY};
     set(CURLOPT_CAINFO_BLOB, &blob);
