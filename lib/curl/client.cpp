@@ -9,6 +9,8 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 
+#include <curl/curl.h>
+
 #include <mutex>
 #include <string>
 
@@ -121,6 +123,17 @@ void client_options::validate() const {
   if (http_version > http_version_option::http2_prior_knowledge)
     throw_invalid("client_options", "http_version", std::to_string(static_cast<int>(http_version)),
                   "must be an http_version_option");
+  // libcurl before 8.0 breaks every request after the first on an h2c prior-knowledge
+  // connection (curl issue 10191, "Error in the HTTP2 framing layer"; fixed in 8.0.0): refused
+  // rather than failing, and retrying, on a broken connection.
+  if (http_version == http_version_option::http2_prior_knowledge &&
+      curl_version_info(CURLVERSION_NOW)->version_num < 0x080000)
+    throw_invalid("client_options", "http_version", "http2_prior_knowledge",
+                  ("needs libcurl 8.0 or later, this is " +
+                   std::string(curl_version_info(CURLVERSION_NOW)->version) +
+                   ", whose h2c prior knowledge fails every request after the first on a "
+                   "connection; use http2_tls over https://, or http2 (Upgrade: h2c)")
+                      .c_str());
   if (max_response_headers == 0)
     throw_invalid("client_options", "max_response_headers", "0",
                   "must be 1 or more (bytes of response header lines)");
