@@ -54,6 +54,8 @@ private:
   bool admit(transfer& t);
   void learn(const transfer& t);
   void release_easy(transfer& t);
+  /// Starts `t` again towards `location` (a redirect the client follows itself).
+  void redirect(std::shared_ptr<transfer> t, std::string location);
   void transfer_done(CURL* easy, CURLcode result) override;
   void transfers_freed() override;
   void callback_failed(CURL* easy, std::error_code ec, const char* what) noexcept override;

@@ -167,6 +167,10 @@ void set_abort(transfer& t, std::error_code ec, const char* what) noexcept {
   std::snprintf(t.abort_detail, sizeof t.abort_detail, "coretry: %s", what);
 }
 
+bool follows_itself(const request& r) noexcept {
+  return r.follow_redirects && r.method != "GET" && r.method != "HEAD" && r.method != "POST";
+}
+
 void free_headers(transfer& t) noexcept {
   if (t.header_list) {
     curl_slist_free_all(t.header_list);
@@ -223,7 +227,10 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   // twice (see may_retry) never starts on a reused connection: then there is nothing to resend.
   if (!may_retry(r))
     set(CURLOPT_FRESH_CONNECT, 1L);
-  if (r.follow_redirects) {
+  // libcurl follows GET, HEAD and POST as browsers and curl's own tool do (POST becomes GET on
+  // 301, 302 and 303, stays POST with its body on 307 and 308). Any other method is followed
+  // by the client (client_impl::redirect).
+  if (r.follow_redirects && !follows_itself(r)) {
     set(CURLOPT_FOLLOWLOCATION, 1L);
     set(CURLOPT_MAXREDIRS, r.max_redirects);
   }

@@ -31,6 +31,8 @@ struct transfer {
   bool cancel_requested = false;
   /// Whether it was handed over with CURLOPT_PIPEWAIT (it may share an HTTP/2 connection).
   bool pipewait = false;
+  /// Redirects followed by the client itself so far (see follows_itself).
+  long hops = 0;
   /// Its share of the client's admission limit while active (see client_impl::admit).
   std::size_t cost = 0;
   /// "scheme://host:port" of `req.url`, lowercased: what the client learns HTTP/2 support by.
@@ -75,6 +77,11 @@ struct easy_defaults {
 /// `t.header_list`, CURLOPT_PIPEWAIT when `t.pipewait`). The socket callbacks are the driver's
 /// business, not set here.
 CURLcode configure_easy(transfer& t, const easy_defaults& defaults);
+
+/// Whether the client, not libcurl, follows `r`'s redirects: for methods other than GET, HEAD
+/// and POST, whose rules libcurl 7.88 gets wrong (it keeps the method on a 303 and drops the
+/// body on 301/302/303).
+bool follows_itself(const request& r) noexcept;
 
 /// What a finished transfer completes with: the error a callback recorded, libcurl's result
 /// otherwise, with libcurl's header size failures mapped to `errc::filesize_exceeded` (see

@@ -302,12 +302,51 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
     break;
   }
   t->resp.headers = std::move(t->headers.headers);
-  const std::error_code ec = outcome(*t, result);
+  std::error_code ec = outcome(*t, result);
   if (!ec)
     learn(*t);
+  std::string location;
+  if (!ec && follows_itself(t->req)) {
+    char* target = nullptr;
+    if (curl_easy_getinfo(easy, CURLINFO_REDIRECT_URL, &target) == CURLE_OK && target)
+      location = target;
+  }
   driver_.remove(easy);
   release_easy(*t);
+  if (!location.empty()) {
+    if (t->hops >= t->req.max_redirects) {
+      ec = make_error_code(errc::too_many_redirects);
+    } else {
+      redirect(std::move(t), std::move(location));
+      return;
+    }
+  }
   finish(std::move(t), ec);
+}
+
+// The rules of RFC 9110, section 15.4, as browsers and curl's --post301/302/303 apply them,
+// for the methods libcurl does not follow itself (see follows_itself): 303 turns the request
+// into a GET without body; 301, 302, 307 and 308 keep its method and body (only a POST, which
+// libcurl follows, becomes a GET on 301 and 302). Credentials do not follow to another origin.
+void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
+  const int status = static_cast<int>(t->resp.status);
+  ++t->hops;
+  if (status == 303) {
+    t->req.method = "GET";
+    t->req.body.clear();
+  }
+  if (origin_of(location) != t->origin)
+    std::erase_if(t->req.headers, [](const auto& h) {
+      return iequals(h.first, "Authorization") || iequals(h.first, "Cookie") ||
+             iequals(h.first, "Proxy-Authorization");
+    });
+  t->req.url = std::move(location);
+  free_headers(*t);
+  t->resp = {};
+  t->headers = {};
+  t->header_bytes = 0;
+  t->error_buffer[0] = '\0';
+  start_or_queue(std::move(t));
 }
 
 std::error_code outcome(transfer& t, CURLcode result) {

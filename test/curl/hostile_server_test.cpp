@@ -336,3 +336,80 @@ TEST_CASE("property: no deterministic failure is retried") {
     CHECK((error || r.status >= 400));
   }
 }
+
+TEST_CASE("redirects: 301/302 turn POST into GET, 303 everything but HEAD, others keep the body") {
+  // Issue 18, finding 5: a PUT or DELETE redirected by 301/302/303 went out with its method and
+  // without its body; a DELETE redirected by 303 stayed a DELETE.
+  struct hop {
+    const char* method;
+    int status;
+    const char* then_method;
+    bool keeps_body;
+  };
+  for (const hop& h :
+       {hop{"POST", 301, "GET", false}, hop{"POST", 302, "GET", false},
+        hop{"POST", 303, "GET", false}, hop{"POST", 307, "POST", true},
+        hop{"POST", 308, "POST", true}, hop{"PUT", 301, "PUT", true}, hop{"PUT", 302, "PUT", true},
+        hop{"PUT", 303, "GET", false}, hop{"PUT", 307, "PUT", true}, hop{"PUT", 308, "PUT", true},
+        hop{"DELETE", 302, "DELETE", true}, hop{"DELETE", 303, "GET", false},
+        hop{"PATCH", 301, "PATCH", true}, hop{"PATCH", 303, "GET", false}}) {
+    const std::string what = std::string(h.method) + " " + std::to_string(h.status);
+    CAPTURE(what);
+    asio::io_context io;
+    http_fault_server server(io.get_executor());
+    server.push({.status = h.status, .headers = {{"Location", "/next"}}, .body = ""});
+    server.push(http_action::ok("landed"));
+    client c(io.get_executor());
+    request req;
+    req.method = h.method;
+    req.url = server.url("/first");
+    req.body = "payload";
+    req.follow_redirects = true;
+    req.retry_non_idempotent = true;
+    auto got = perform(io, c, req);
+    REQUIRE_FALSE(got.ec);
+    CHECK(got.r.status == 200);
+    CHECK(got.r.body == "landed");
+    REQUIRE(server.log().size() == 2);
+    const auto& second = server.log()[1];
+    CHECK(second.target == "/next");
+    CHECK(second.method == h.then_method);
+    CHECK(second.body == (h.keeps_body ? "payload" : ""));
+    if (!h.keeps_body)
+      CHECK(second.header("Content-Length").empty());
+  }
+}
+
+TEST_CASE("a redirect followed by the client drops credentials when the host changes") {
+  asio::io_context io;
+  http_fault_server first(io.get_executor()), other(io.get_executor());
+  first.push({.status = 307, .headers = {{"Location", other.url("/there")}}, .body = ""});
+  client c(io.get_executor());
+  request req;
+  req.method = "PUT";
+  req.url = first.url("/here");
+  req.body = "payload";
+  req.headers = {{"Authorization", "Bearer secret"}, {"X-Keep", "1"}};
+  req.follow_redirects = true;
+  auto got = perform(io, c, req);
+  REQUIRE_FALSE(got.ec);
+  REQUIRE(other.log().size() == 1);
+  CHECK(other.log()[0].header("Authorization").empty());
+  CHECK(other.log()[0].header("X-Keep") == "1");
+  CHECK(other.log()[0].body == "payload");
+}
+
+TEST_CASE("a redirect loop on a PUT stops at max_redirects") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default({.status = 302, .headers = {{"Location", "/again"}}, .body = ""});
+  client c(io.get_executor());
+  request req;
+  req.method = "PUT";
+  req.url = server.url();
+  req.body = "b";
+  req.follow_redirects = true;
+  req.max_redirects = 2;
+  CHECK(perform(io, c, req).ec == errc::too_many_redirects);
+  CHECK(server.requests() == 3);
+}
