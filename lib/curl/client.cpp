@@ -11,6 +11,7 @@
 
 #include <curl/curl.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -116,10 +117,12 @@ void client_options::validate() const {
   if (max_idle_connections < 0)
     throw_invalid("client_options", "max_idle_connections", std::to_string(max_idle_connections),
                   "must be 0 (the default) or more");
-  if (max_streams_per_connection < 0)
+  // libcurl keeps the stream limit in an unsigned int, and HTTP/2's SETTINGS value is 31 bits
+  // in practice: a larger value would not be what libcurl does.
+  if (max_streams_per_connection < 0 || max_streams_per_connection > INT32_MAX)
     throw_invalid("client_options", "max_streams_per_connection",
                   std::to_string(max_streams_per_connection),
-                  "must be 0 (libcurl's default, 100) or more");
+                  "must be 0 (libcurl's default, 100) to 2147483647");
   if (http_version > http_version_option::http2_prior_knowledge)
     throw_invalid("client_options", "http_version", std::to_string(static_cast<int>(http_version)),
                   "must be an http_version_option");

@@ -1,5 +1,6 @@
 // The queue and pool of transfers under the connection limit: submit, start, cancel, finish.
 
+#include <coretry/curl/classify.hpp>
 #include <coretry/curl/error.hpp>
 
 #include <asio/error.hpp>
@@ -79,8 +80,9 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
                                             ? options_.max_streams_per_connection
                                             : default_streams);
     const auto connections = static_cast<std::size_t>(options_.max_total_connections);
-    // Beyond what a size_t holds the limit is no limit.
-    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : 0;
+    // Saturated: a product beyond what a size_t holds is still a limit (an HTTP/1.1 transfer
+    // still costs a whole connection), never "no limit".
+    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : SIZE_MAX;
   }
 }
 
@@ -156,17 +158,22 @@ bool client_impl::admit(transfer& t) {
   // than open one per transfer. One known to answer over HTTP/1.1 gets no wait: PIPEWAIT would
   // only serialize its connection set-ups.
   t.pipewait = http2 && (known == multiplexes_.end() || known->second);
-  const bool shares = http2 && known != multiplexes_.end() && known->second;
+  // A transfer that must not be sent twice gets a fresh connection (CURLOPT_FRESH_CONNECT, see
+  // easy_setup.cpp) even to an HTTP/2 origin: it costs a whole connection.
+  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req);
   t.cost = !by_connections_ ? 1 : shares ? 1 : streams_;
   return capacity_ == 0 || used_ + t.cost <= capacity_;
 }
 
-void client_impl::learn(const transfer& t) {
-  if (t.resp.version == http_version::unknown || !may_use_http2(options_.http_version, t.origin))
+void client_impl::learn(const transfer& t, std::string_view effective_url) {
+  // The version is the last hop's: after redirects, that of the origin the last response came
+  // from, not the first URL's.
+  const std::string origin = effective_url.empty() ? t.origin : origin_of(effective_url);
+  if (t.resp.version == http_version::unknown || !may_use_http2(options_.http_version, origin))
     return;
-  if (multiplexes_.size() >= max_known_origins && !multiplexes_.contains(t.origin))
+  if (multiplexes_.size() >= max_known_origins && !multiplexes_.contains(origin))
     multiplexes_.clear();
-  multiplexes_[t.origin] = t.resp.version == http_version::http2;
+  multiplexes_[origin] = t.resp.version == http_version::http2;
 }
 
 void client_impl::start(std::shared_ptr<transfer> t) {
@@ -303,8 +310,11 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
   }
   t->resp.headers = std::move(t->headers.headers);
   std::error_code ec = outcome(*t, result);
-  if (!ec)
-    learn(*t);
+  if (!ec) {
+    char* effective = nullptr;
+    curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &effective);
+    learn(*t, effective ? std::string_view(effective) : std::string_view());
+  }
   std::string location;
   if (!ec && follows_itself(t->req)) {
     char* target = nullptr;

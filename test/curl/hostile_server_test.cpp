@@ -413,3 +413,34 @@ TEST_CASE("a redirect loop on a PUT stops at max_redirects") {
   CHECK(perform(io, c, req).ec == errc::too_many_redirects);
   CHECK(server.requests() == 3);
 }
+
+TEST_CASE("admission: huge stream limits are validated, and no request times out in libcurl's "
+          "queue") {
+  // Issue 18, finding 4: max_streams_per_connection = LONG_MAX passed validation and overflowed
+  // the capacity into "unlimited": every transfer went into libcurl, which queued them, and the
+  // queued ones timed out.
+  asio::io_context io;
+  client_options bad;
+  bad.max_streams_per_connection = LONG_MAX;
+  CHECK_THROWS_WITH_AS(client(io.get_executor(), bad),
+                       doctest::Contains("max_streams_per_connection = 9223372036854775807"),
+                       std::invalid_argument);
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::delayed(100ms, "slow"));
+  client_options o;
+  o.max_total_connections = 2;
+  o.max_streams_per_connection = INT32_MAX;
+  client c(io.get_executor(), o);
+  int done = 0, timed_out = 0;
+  for (int i = 0; i < 16; ++i) {
+    auto req = get(server.url());
+    req.timeout = 450ms; // 4 server replies; the whole batch takes 8
+    c.async_perform(req, [&](std::error_code ec, response) {
+      ++done;
+      timed_out += ec == errc::operation_timedout;
+    });
+  }
+  run_until(io, [&] { return done == 16; });
+  CHECK(timed_out == 0);
+  CHECK(c.stats().peak_active_transfers <= 2);
+}
