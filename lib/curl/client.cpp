@@ -140,6 +140,22 @@ void client_options::validate() const {
   if (max_response_headers == 0)
     throw_invalid("client_options", "max_response_headers", "0",
                   "must be 1 or more (bytes of response header lines)");
+  if (stall_timeout.count() < 0)
+    throw_invalid("client_options", "stall_timeout", std::to_string(stall_timeout.count()) + "s",
+                  "must be 0 (no stall check) or more");
+  if (stall_min_bytes_per_second < 1)
+    throw_invalid("client_options", "stall_min_bytes_per_second",
+                  std::to_string(stall_min_bytes_per_second), "must be 1 or more");
+  if (expect_continue_timeout.count() < 0)
+    throw_invalid("client_options", "expect_continue_timeout",
+                  std::to_string(expect_continue_timeout.count()) + "ms",
+                  "must be 0 (never send Expect) or more");
+  if (proxy.find('\0') != std::string::npos ||
+      (!proxy.empty() && proxy.find("://") == std::string::npos))
+    throw_invalid("client_options", "proxy", "\"" + proxy + "\"",
+                  "must be empty or a URL with its scheme, e.g. http://host:3128, and no NUL");
+  if (no_proxy.find('\0') != std::string::npos)
+    throw_invalid("client_options", "no_proxy", "\"" + no_proxy + "\"", "must not contain NUL");
   detail::validate_tls(tls, "client_options", "tls.");
 }
 

@@ -234,14 +234,44 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
     set(CURLOPT_FOLLOWLOCATION, 1L);
     set(CURLOPT_MAXREDIRS, r.max_redirects);
   }
+  auto append = [&](const std::string& line) {
+    curl_slist* next = curl_slist_append(t.header_list, line.c_str());
+    if (next)
+      t.header_list = next;
+    return next != nullptr;
+  };
   for (const auto& [name, value] : r.headers) {
     std::string line = name;
     line += value.empty() ? ";" : ": "; // "Name;" sends an empty value in libcurl
     line += value;
-    curl_slist* next = curl_slist_append(t.header_list, line.c_str());
-    if (!next)
+    if (!append(line))
       return CURLE_OUT_OF_MEMORY;
-    t.header_list = next;
+  }
+  const client_options* o = defaults.options;
+  // libcurl's default headers, which the caller did not ask for: "Name:" removes one.
+  // Content-Type: libcurl labels every body application/x-www-form-urlencoded; a body is sent
+  // as is, labelled only by the caller's own Content-Type.
+  if (!r.header("Content-Type") && !append("Content-Type:"))
+    return CURLE_OUT_OF_MEMORY;
+  // Expect: 100-continue, for bodies over 1 MiB, only when asked (expect_continue_timeout).
+  if (!r.header("Expect") && (!o || o->expect_continue_timeout.count() == 0) && !append("Expect:"))
+    return CURLE_OUT_OF_MEMORY;
+  if (o) {
+    if (o->expect_continue_timeout.count() > 0)
+      set(CURLOPT_EXPECT_100_TIMEOUT_MS, static_cast<long>(o->expect_continue_timeout.count()));
+    if (o->stall_timeout.count() > 0) {
+      set(CURLOPT_LOW_SPEED_LIMIT, o->stall_min_bytes_per_second);
+      set(CURLOPT_LOW_SPEED_TIME, static_cast<long>(o->stall_timeout.count()));
+    }
+    // An empty CURLOPT_PROXY disables every proxy, the environment's included.
+    if (!o->proxy.empty())
+      set(CURLOPT_PROXY, o->proxy.c_str());
+    else if (!o->proxy_from_environment)
+      set(CURLOPT_PROXY, "");
+    if (!o->no_proxy.empty())
+      set(CURLOPT_NOPROXY, o->no_proxy.c_str());
+    if (o->decompress)
+      set(CURLOPT_ACCEPT_ENCODING, "");
   }
   if (t.header_list)
     set(CURLOPT_HTTPHEADER, t.header_list);

@@ -68,9 +68,10 @@ void set_abort(transfer& t, std::error_code ec, const char* what) noexcept;
 /// What every transfer of a client shares: the client's options, resolved.
 struct easy_defaults {
   http_version_option http_version = http_version_option::http2_tls;
-  std::size_t max_body = 0;         ///< client_options::max_response_body (0 = unlimited)
-  std::size_t max_headers = 0;      ///< client_options::max_response_headers
-  const tls_options* tls = nullptr; ///< the client's; `request::tls` replaces it
+  std::size_t max_body = 0;                ///< client_options::max_response_body (0 = unlimited)
+  std::size_t max_headers = 0;             ///< client_options::max_response_headers
+  const client_options* options = nullptr; ///< the client's (stall, Expect, proxy, encodings)
+  const tls_options* tls = nullptr;        ///< the client's; `request::tls` replaces it
 };
 
 /// Sets `t.easy` up for `t.req` (callbacks writing into `t.resp`, headers into

@@ -72,6 +72,7 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
   defaults_.tls = &options_.tls;
   defaults_.max_body = options_.max_response_body;
   defaults_.max_headers = options_.max_response_headers;
+  defaults_.options = &options_;
   if (options_.max_concurrent_requests > 0) {
     capacity_ = options_.max_concurrent_requests;
   } else if (options_.max_total_connections > 0) {

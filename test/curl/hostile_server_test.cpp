@@ -444,3 +444,121 @@ TEST_CASE("admission: huge stream limits are validated, and no request times out
   CHECK(timed_out == 0);
   CHECK(c.stats().peak_active_transfers <= 2);
 }
+
+TEST_CASE("a body is sent without libcurl's form Content-Type, and without Expect by default") {
+  // Issue 18, findings 10 and 12.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  auto p = post(server.url());
+  REQUIRE_FALSE(perform(io, c, p).ec);
+  CHECK(server.log().back().header("Content-Type").empty());
+  p.headers = {{"Content-Type", "application/json"}};
+  REQUIRE_FALSE(perform(io, c, p).ec);
+  CHECK(server.log().back().header("Content-Type") == "application/json");
+  // A 2 MiB PUT to a server that never sends 100 Continue: no Expect, no 1 s wait.
+  request put;
+  put.method = "PUT";
+  put.url = server.url();
+  put.body = std::string(std::size_t{2} << 20, 'p');
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE_FALSE(perform(io, c, put).ec);
+  CHECK(std::chrono::steady_clock::now() - start < 800ms);
+  CHECK(server.log().back().header("Expect").empty());
+  CHECK(server.log().back().body.size() == put.body.size());
+  // Asked for: sent, the wait bounded by the option.
+  client_options o;
+  o.expect_continue_timeout = 100ms;
+  client expecting(io.get_executor(), o);
+  REQUIRE_FALSE(perform(io, expecting, put).ec);
+  CHECK(server.log().back().header("Expect") == "100-continue");
+  CHECK(server.log().back().body.size() == put.body.size());
+}
+
+TEST_CASE("proxies: the environment is ignored unless asked; an explicit proxy is used") {
+  // Issue 18, finding 11: http_proxy was obeyed silently.
+  asio::io_context io;
+  http_fault_server target(io.get_executor()), proxy(io.get_executor());
+  proxy.set_default(http_action::ok("via proxy"));
+  target.set_default(http_action::ok("direct"));
+  struct env_guard {
+    explicit env_guard(const std::string& v) { ::setenv("http_proxy", v.c_str(), 1); }
+    ~env_guard() { ::unsetenv("http_proxy"); }
+  } env(proxy.url(""));
+  ::unsetenv("no_proxy");
+  ::unsetenv("NO_PROXY");
+  client plain(io.get_executor());
+  CHECK(perform(io, plain, get(target.url("/x"))).r.body == "direct");
+  client_options from_env;
+  from_env.proxy_from_environment = true;
+  client env_client(io.get_executor(), from_env);
+  CHECK(perform(io, env_client, get(target.url("/x"))).r.body == "via proxy");
+  REQUIRE(proxy.log().size() == 1);
+  CHECK(proxy.log()[0].target == target.url("/x")); // absolute form, as to a proxy
+  ::unsetenv("http_proxy");
+  client_options explicit_proxy;
+  explicit_proxy.proxy = proxy.url("");
+  client via(io.get_executor(), explicit_proxy);
+  CHECK(perform(io, via, get(target.url("/y"))).r.body == "via proxy");
+  explicit_proxy.no_proxy = "127.0.0.1";
+  client bypass(io.get_executor(), explicit_proxy);
+  CHECK(perform(io, bypass, get(target.url("/z"))).r.body == "direct");
+}
+
+TEST_CASE("a stalled transfer ends after stall_timeout, even without a request timeout") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::slow_body(std::string(100, 's'), 400ms));
+  client_options o;
+  o.stall_timeout = 1s;
+  o.stall_min_bytes_per_second = 100;
+  client c(io.get_executor(), o);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(perform(io, c, get(server.url())).ec == errc::operation_timedout);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+TEST_CASE("decompress sends Accept-Encoding and decodes the body") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  const std::string gz("\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\xcb\x48\xcd\xc9\xc9\xd7\x51\x48"
+                       "\x49\x4d\xce\xcf\x2d\x28\x4a\x2d\x2e\x4e\x4d\x01\x00\x6a\xec\xd8\xff\x13"
+                       "\x00\x00\x00",
+                       39);
+  server.set_default({.headers = {{"Content-Encoding", "gzip"}}, .body = gz});
+  client plain(io.get_executor());
+  auto raw = perform(io, plain, get(server.url()));
+  CHECK(raw.r.body == gz);
+  CHECK(server.log().back().header("Accept-Encoding").empty());
+  client_options o;
+  o.decompress = true;
+  client c(io.get_executor(), o);
+  auto got = perform(io, c, get(server.url()));
+  CHECK(got.r.body == "hello, decompressed");
+  CHECK(server.log().back().header("Accept-Encoding").find("gzip") != std::string::npos);
+}
+
+TEST_CASE("the new client options are validated") {
+  asio::io_context io;
+  auto refused = [&](auto change) {
+    client_options o;
+    change(o);
+    try {
+      client c(io.get_executor(), o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(refused([](client_options& o) { o.stall_timeout = -1s; }).find("stall_timeout = -1s") !=
+        std::string::npos);
+  CHECK(refused([](client_options& o) {
+          o.stall_min_bytes_per_second = 0;
+        }).find("stall_min_bytes_per_second = 0") != std::string::npos);
+  CHECK(refused([](client_options& o) {
+          o.expect_continue_timeout = -5ms;
+        }).find("expect_continue_timeout = -5ms") != std::string::npos);
+  CHECK(refused([](client_options& o) { o.proxy = "proxy:3128"; }).find("proxy = \"proxy:3128\"") !=
+        std::string::npos);
+  CHECK(refused([](client_options& o) { o.proxy = "http://p:1"; }) == "accepted");
+}
