@@ -9,6 +9,9 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 
+#include <curl/curl.h>
+
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -114,13 +117,45 @@ void client_options::validate() const {
   if (max_idle_connections < 0)
     throw_invalid("client_options", "max_idle_connections", std::to_string(max_idle_connections),
                   "must be 0 (the default) or more");
-  if (max_streams_per_connection < 0)
+  // libcurl keeps the stream limit in an unsigned int, and HTTP/2's SETTINGS value is 31 bits
+  // in practice: a larger value would not be what libcurl does.
+  if (max_streams_per_connection < 0 || max_streams_per_connection > INT32_MAX)
     throw_invalid("client_options", "max_streams_per_connection",
                   std::to_string(max_streams_per_connection),
-                  "must be 0 (libcurl's default, 100) or more");
+                  "must be 0 (libcurl's default, 100) to 2147483647");
   if (http_version > http_version_option::http2_prior_knowledge)
     throw_invalid("client_options", "http_version", std::to_string(static_cast<int>(http_version)),
                   "must be an http_version_option");
+  // libcurl before 8.0 breaks every request after the first on an h2c prior-knowledge
+  // connection (curl issue 10191, "Error in the HTTP2 framing layer"; fixed in 8.0.0): refused
+  // rather than failing, and retrying, on a broken connection.
+  if (http_version == http_version_option::http2_prior_knowledge &&
+      curl_version_info(CURLVERSION_NOW)->version_num < 0x080000)
+    throw_invalid("client_options", "http_version", "http2_prior_knowledge",
+                  ("needs libcurl 8.0 or later, this is " +
+                   std::string(curl_version_info(CURLVERSION_NOW)->version) +
+                   ", whose h2c prior knowledge fails every request after the first on a "
+                   "connection; use http2_tls over https://, or http2 (Upgrade: h2c)")
+                      .c_str());
+  if (max_response_headers == 0)
+    throw_invalid("client_options", "max_response_headers", "0",
+                  "must be 1 or more (bytes of response header lines)");
+  if (stall_timeout.count() < 0)
+    throw_invalid("client_options", "stall_timeout", std::to_string(stall_timeout.count()) + "s",
+                  "must be 0 (no stall check) or more");
+  if (stall_min_bytes_per_second < 1)
+    throw_invalid("client_options", "stall_min_bytes_per_second",
+                  std::to_string(stall_min_bytes_per_second), "must be 1 or more");
+  if (expect_continue_timeout.count() < 0)
+    throw_invalid("client_options", "expect_continue_timeout",
+                  std::to_string(expect_continue_timeout.count()) + "ms",
+                  "must be 0 (never send Expect) or more");
+  if (proxy.find('\0') != std::string::npos ||
+      (!proxy.empty() && proxy.find("://") == std::string::npos))
+    throw_invalid("client_options", "proxy", "\"" + proxy + "\"",
+                  "must be empty or a URL with its scheme, e.g. http://host:3128, and no NUL");
+  if (no_proxy.find('\0') != std::string::npos)
+    throw_invalid("client_options", "no_proxy", "\"" + no_proxy + "\"", "must not contain NUL");
   detail::validate_tls(tls, "client_options", "tls.");
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -52,15 +53,19 @@ private:
   void start_queued();
   /// Sets `t.pipewait` and `t.cost` from what is known of its origin; whether it fits now.
   bool admit(transfer& t);
-  void learn(const transfer& t);
+  void learn(const transfer& t, std::string_view effective_url);
   void release_easy(transfer& t);
+  /// Starts `t` again towards `location` (a redirect the client follows itself).
+  void redirect(std::shared_ptr<transfer> t, std::string location);
   void transfer_done(CURL* easy, CURLcode result) override;
   void transfers_freed() override;
+  void callback_failed(CURL* easy, std::error_code ec, const char* what) noexcept override;
+  void abort_failed(bool all, std::error_code ec) override;
 
   client_options options_;
   easy_defaults defaults_;
   /// Admission (see client_options::max_concurrent_requests): transfers in libcurl hold `cost`
-  /// units each out of `capacity_` (0 = unlimited). By connections, an HTTP/1.1 transfer costs
+  /// units each out of `capacity_` (0 = unlimited; a product too large saturates at SIZE_MAX). By connections, an HTTP/1.1 transfer costs
   /// `streams_` units (a whole connection) and one to an origin known to speak HTTP/2 costs 1.
   std::size_t capacity_ = 0;
   std::size_t streams_ = 1;

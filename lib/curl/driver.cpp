@@ -23,6 +23,7 @@
 #include <chrono>
 #include <system_error>
 
+#include "transfer.hpp"
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -75,7 +76,9 @@ CURLcode multi_driver::install_socket_callbacks(CURL* easy) {
 }
 
 CURLMcode multi_driver::add(CURL* easy) {
-  return curl_multi_add_handle(multi_, easy);
+  const CURLMcode rc = curl_multi_add_handle(multi_, easy);
+  after_callbacks();
+  return rc;
 }
 
 void multi_driver::remove(CURL* easy) {
@@ -106,6 +109,30 @@ void multi_driver::socket_action(curl_socket_t fd, int events) {
   int running = 0;
   curl_multi_socket_action(multi_, fd, events, &running);
   drain_messages();
+  after_callbacks();
+}
+
+// A callback that failed (an exception caught inside libcurl) left a note; act on it here,
+// where curl_multi_* may be called. A lost timer is re-armed from curl_multi_timeout; when even
+// that fails, nothing would drive the transfers any more, so every one is aborted.
+void multi_driver::after_callbacks() {
+  if (shut_)
+    return;
+  if (timer_lost_) {
+    timer_lost_ = false;
+    long ms = -1;
+    curl_multi_timeout(multi_, &ms);
+    try {
+      ++timer_generation_;
+      arm_timer(ms);
+    } catch (...) {
+      owner_.abort_failed(true, make_error_code(errc::out_of_memory));
+    }
+  }
+  if (callback_failed_) {
+    callback_failed_ = false;
+    owner_.abort_failed(false, make_error_code(errc::out_of_memory));
+  }
 }
 
 void multi_driver::drain_messages() {
@@ -166,7 +193,17 @@ void multi_driver::on_wait(curl_socket_t fd, std::uint64_t id, bool write, std::
     arm(s); // cancelled by a CURL_POLL_REMOVE or a change of interest: re-arm what is wanted
     return;
   }
-  socket_action(fd, ec ? CURL_CSELECT_ERR : (write ? CURL_CSELECT_OUT : CURL_CSELECT_IN));
+  // Report every direction that is ready, not only the one whose wait completed: libcurl
+  // reads before it writes when told both. A server that answers an upload early (a 413) and
+  // closes leaves its reply readable and the socket reset; told only "writable", libcurl
+  // would fail the send and never see the reply.
+  int events = ec ? CURL_CSELECT_ERR : (write ? CURL_CSELECT_OUT : CURL_CSELECT_IN);
+  if (!ec && write && (s.want & CURL_POLL_IN) != 0) {
+    pollfd p{s.desc.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0)
+      events |= CURL_CSELECT_IN;
+  }
+  socket_action(fd, events);
   // Look the socket up again: libcurl may have closed it, or reopened the same number.
   auto again = sockets_.find(fd);
   if (again != sockets_.end())
@@ -200,8 +237,29 @@ void multi_driver::forget_closed(socket_table::iterator it) {
   open_.add(-1);
 }
 
-int multi_driver::on_socket(CURL*, curl_socket_t fd, int what, void* userp, void*) {
+// Every libcurl callback catches everything: an exception must never unwind through libcurl.
+// A socket that cannot be watched fails the transfer libcurl named (after_callbacks aborts it);
+// returning -1 instead would fail every transfer of the multi.
+int multi_driver::on_socket(CURL* easy, curl_socket_t fd, int what, void* userp, void*) {
   auto* self = static_cast<multi_driver*>(userp);
+  try {
+    maybe_inject(fault_point::socket);
+    return self->socket_changed(fd, what);
+  } catch (...) {
+    self->owner_.callback_failed(easy, make_error_code(errc::out_of_memory),
+                                 "exception while watching a socket");
+    self->callback_failed_ = true;
+    if (auto it = self->sockets_.find(fd); it != self->sockets_.end()) {
+      std::error_code ec;
+      it->second->want = 0;
+      it->second->desc.cancel(ec);
+    }
+    return 0;
+  }
+}
+
+int multi_driver::socket_changed(curl_socket_t fd, int what) {
+  auto* self = this;
   auto it = self->sockets_.find(fd);
   if (it != self->sockets_.end() && !it->second->foreign && !still_open(*it->second)) {
     self->forget_closed(it);
@@ -247,29 +305,48 @@ int multi_driver::on_socket(CURL*, curl_socket_t fd, int what, void* userp, void
 int multi_driver::on_timer(CURLM*, long timeout_ms, void* userp) {
   auto* self = static_cast<multi_driver*>(userp);
   ++self->timer_generation_;
-  if (timeout_ms < 0) {
-    self->timer_.cancel();
-    return 0;
-  }
-  if (self->shut_)
-    return 0;
-  auto handler =
-      self->locked([generation = self->timer_generation_](multi_driver& d, std::error_code ec) {
-        d.on_timer_fired(generation, ec);
-      });
-  if (timeout_ms == 0) {
-    // Never act synchronously (we are inside libcurl); a post is cheaper than an expired timer.
-    self->timer_.cancel();
-    asio::post(self->ex_, [handler] { handler(std::error_code()); });
-  } else {
-    self->timer_.expires_after(std::chrono::milliseconds(timeout_ms));
-    self->timer_.async_wait(handler);
+  try {
+    maybe_inject(fault_point::timer);
+    self->arm_timer(timeout_ms);
+  } catch (...) {
+    // Not armed: after_callbacks re-arms it from curl_multi_timeout once libcurl returns.
+    self->timer_lost_ = true;
   }
   return 0;
 }
 
+void multi_driver::arm_timer(long timeout_ms) {
+  if (timeout_ms < 0) {
+    timer_.cancel();
+    return;
+  }
+  if (shut_)
+    return;
+  auto handler = locked([generation = timer_generation_](multi_driver& d, std::error_code ec) {
+    d.on_timer_fired(generation, ec);
+  });
+  if (timeout_ms == 0) {
+    // Never act synchronously (we are inside libcurl); a post is cheaper than an expired timer.
+    timer_.cancel();
+    asio::post(ex_, [handler] { handler(std::error_code()); });
+  } else {
+    timer_.expires_after(std::chrono::milliseconds(timeout_ms));
+    timer_.async_wait(handler);
+  }
+}
+
 curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_sockaddr* addr) {
-  auto* self = static_cast<multi_driver*>(clientp);
+  // A socket that cannot be set up (an exception here) is a connect that failed:
+  // CURLE_COULDNT_CONNECT for that transfer.
+  try {
+    return static_cast<multi_driver*>(clientp)->open_socket(addr);
+  } catch (...) {
+    return CURL_SOCKET_BAD;
+  }
+}
+
+curl_socket_t multi_driver::open_socket(curl_sockaddr* addr) {
+  auto* self = this;
   const int fd = ::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
   if (fd < 0)
     return CURL_SOCKET_BAD;
@@ -292,9 +369,14 @@ curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_soc
     ::close(fd);
     return CURL_SOCKET_BAD;
   }
-  auto s = std::make_unique<socket_entry>(self->ex_);
+  std::unique_ptr<socket_entry> s;
   std::error_code ec;
-  s->desc.assign(copy, ec);
+  try {
+    s = std::make_unique<socket_entry>(self->ex_);
+    s->desc.assign(copy, ec);
+  } catch (...) {
+    ec = make_error_code(errc::out_of_memory);
+  }
   if (ec) {
     ::close(copy);
     ::close(fd);
@@ -307,7 +389,12 @@ curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_soc
     s->dev = st.st_dev;
     s->ino = st.st_ino;
   }
-  self->sockets_.emplace(fd, std::move(s));
+  try {
+    self->sockets_.emplace(fd, std::move(s));
+  } catch (...) {
+    ::close(fd); // `s` (not moved from on failure) closes our dup
+    return CURL_SOCKET_BAD;
+  }
   self->open_.add(1);
   self->connects_.add(1);
   return fd;

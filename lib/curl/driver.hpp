@@ -53,6 +53,12 @@ public:
     virtual void transfer_done(CURL* easy, CURLcode result) = 0;
     /// After a batch of transfer_done calls.
     virtual void transfers_freed() = 0;
+    /// From inside a libcurl callback that failed for `easy` (an exception caught): records
+    /// `ec` on its transfer, to be aborted by `abort_failed`. Must not throw or call libcurl.
+    virtual void callback_failed(CURL* easy, std::error_code ec, const char* what) noexcept = 0;
+    /// Outside callbacks: aborts every transfer `callback_failed` marked (or every transfer
+    /// when `all`), completing each with its error (`ec` for unmarked ones).
+    virtual void abort_failed(bool all, std::error_code ec) = 0;
 
   protected:
     ~owner() = default;
@@ -81,6 +87,11 @@ public:
 
 private:
   void socket_action(curl_socket_t fd, int events);
+  /// After every curl_multi_* call that may run callbacks: recovers from a failed callback
+  /// (re-arms a timer that could not be armed, aborts the transfers marked failed).
+  void after_callbacks();
+  /// Arms the timer for `timeout_ms` as libcurl asks (-1 cancels); may throw.
+  void arm_timer(long timeout_ms);
   void drain_messages();
   void arm(socket_entry& s);
   void on_wait(curl_socket_t fd, std::uint64_t id, bool write, std::error_code ec);
@@ -91,6 +102,8 @@ private:
   /// Runs `f(*this)` with the owner alive and the lock held; nothing if the owner is gone.
   template <class F> auto locked(F f) const;
 
+  int socket_changed(curl_socket_t fd, int what);
+  curl_socket_t open_socket(curl_sockaddr* addr);
   static int on_socket(CURL* easy, curl_socket_t fd, int what, void* userp, void* socketp);
   static int on_timer(CURLM* multi, long timeout_ms, void* userp);
   static curl_socket_t on_open_socket(void* clientp, curlsocktype purpose, curl_sockaddr* addr);
@@ -108,6 +121,8 @@ private:
   std::uint64_t next_socket_id_ = 0;
   std::uint64_t timer_generation_ = 0;
   bool shut_ = false;
+  bool timer_lost_ = false;      ///< on_timer failed: libcurl's deadline is not armed
+  bool callback_failed_ = false; ///< on_socket failed for a transfer: abort it
 };
 
 } // namespace coretry::curl::detail

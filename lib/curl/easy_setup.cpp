@@ -1,7 +1,12 @@
 // Turns a `request` into a configured easy handle: options, headers, body, response callbacks.
 
 #include <coretry/curl/classify.hpp>
+#include <coretry/curl/error.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -12,18 +17,56 @@ namespace coretry::curl::detail {
 
 namespace {
 
-std::size_t write_body(char* data, std::size_t size, std::size_t count, void* userp) {
-  auto* t = static_cast<transfer*>(userp);
-  t->resp.body.append(data, size * count);
-  return size * count;
+// The callbacks below run inside libcurl: no exception may leave them (it would unwind through
+// C code and leave the multi handle "inside a callback" for good). Any failure, an exception or
+// a size limit passed, is recorded on the transfer and reported to libcurl by returning a
+// count other than the one given, which aborts this transfer alone (CURLE_WRITE_ERROR); the
+// transfer then completes with the recorded error (client_impl::transfer_done).
+void abort_with_exception(transfer& t, const char* where) noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    set_abort(t, make_error_code(errc::out_of_memory), where);
+  } catch (...) {
+    set_abort(t, make_error_code(errc::write_error), where);
+  }
 }
 
-std::size_t write_header(char* data, std::size_t size, std::size_t count, void* userp) {
-  // A status line starts a new response (a redirect hop or an interim 1xx): only the last
-  // one's fields are kept.
-  add_header_line(static_cast<transfer*>(userp)->resp.headers,
-                  std::string_view(data, size * count));
-  return size * count;
+std::size_t write_body(char* data, std::size_t size, std::size_t count, void* userp) noexcept {
+  auto* t = static_cast<transfer*>(userp);
+  const std::size_t n = size * count;
+  if (t->max_body > 0 && n > t->max_body - t->resp.body.size()) {
+    set_abort(*t, make_error_code(errc::filesize_exceeded),
+              "response body larger than client_options::max_response_body");
+    return 0;
+  }
+  try {
+    maybe_inject(fault_point::body);
+    t->resp.body.append(data, n);
+  } catch (...) {
+    abort_with_exception(*t, "exception while storing the response body");
+    return 0;
+  }
+  return n;
+}
+
+std::size_t write_header(char* data, std::size_t size, std::size_t count, void* userp) noexcept {
+  auto* t = static_cast<transfer*>(userp);
+  const std::size_t n = size * count;
+  if (n > t->max_headers - std::min(t->header_bytes, t->max_headers)) {
+    set_abort(*t, make_error_code(errc::filesize_exceeded),
+              "response header block larger than client_options::max_response_headers");
+    return 0;
+  }
+  t->header_bytes += n;
+  try {
+    maybe_inject(fault_point::header);
+    t->headers.line(std::string_view(data, n));
+  } catch (...) {
+    abort_with_exception(*t, "exception while storing a response header");
+    return 0;
+  }
+  return n;
 }
 
 // "scheme://" at the start (RFC 3986 scheme syntax). libcurl would guess a scheme for anything
@@ -77,10 +120,19 @@ CURLcode configure_tls(CURL* e, const tls_options& tls) {
     if (rc == CURLE_OK)
       rc = curl_easy_setopt(e, opt, value);
   };
+  // A CA given by the caller replaces every built-in source: Debian's libcurl otherwise still
+  // trusts its compiled-in bundle (CAINFO /etc/ssl/certs/ca-certificates.crt) and directory
+  // (CAPATH /etc/ssl/certs) beside it. NULL disables a source; libcurl 7.88 built without
+  // CURL_CA_FALLBACK (Debian's) then loads nothing else, not even OpenSSL's default paths.
+  const bool pinned = !tls.ca_file.empty() || !tls.ca_path.empty() || !tls.ca_blob.empty();
   if (!tls.ca_file.empty())
     set(CURLOPT_CAINFO, tls.ca_file.c_str());
+  else if (pinned)
+    set(CURLOPT_CAINFO, static_cast<const char*>(nullptr));
   if (!tls.ca_path.empty())
     set(CURLOPT_CAPATH, tls.ca_path.c_str());
+  else if (pinned)
+    set(CURLOPT_CAPATH, static_cast<const char*>(nullptr));
   if (!tls.ca_blob.empty()) {
     curl_blob blob{const_cast<char*>(tls.ca_blob.data()), tls.ca_blob.size(), CURL_BLOB_COPY};
     set(CURLOPT_CAINFO_BLOB, &blob);
@@ -98,6 +150,26 @@ CURLcode configure_tls(CURL* e, const tls_options& tls) {
 }
 
 } // namespace
+
+std::atomic<unsigned> armed_faults{0};
+
+void maybe_inject(fault_point p) {
+  const auto bit = static_cast<unsigned>(p);
+  if ((armed_faults.load(std::memory_order_relaxed) & bit) != 0 &&
+      (armed_faults.fetch_and(~bit, std::memory_order_relaxed) & bit) != 0)
+    throw std::bad_alloc();
+}
+
+void set_abort(transfer& t, std::error_code ec, const char* what) noexcept {
+  if (t.abort_error)
+    return; // the first failure is the one reported
+  t.abort_error = ec;
+  std::snprintf(t.abort_detail, sizeof t.abort_detail, "coretry: %s", what);
+}
+
+bool follows_itself(const request& r) noexcept {
+  return r.follow_redirects && r.method != "GET" && r.method != "HEAD" && r.method != "POST";
+}
 
 void free_headers(transfer& t) noexcept {
   if (t.header_list) {
@@ -132,6 +204,11 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   set(CURLOPT_HEADERDATA, static_cast<void*>(&t));
   t.error_buffer[0] = '\0';
   set(CURLOPT_ERRORBUFFER, t.error_buffer);
+  t.max_body = defaults.max_body;
+  t.max_headers = defaults.max_headers;
+  // An announced Content-Length over the limit fails before any byte of body is stored.
+  if (t.max_body > 0 && t.max_body <= static_cast<std::size_t>(INT64_MAX))
+    set(CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(t.max_body));
   set(CURLOPT_HTTP_VERSION, curl_http_version(defaults.http_version));
   // Without it, concurrent transfers to a host whose first connection is still being set up
   // each open their own (64 handshakes for 200 HTTP/2 requests under the default limit, seen
@@ -150,18 +227,51 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   // twice (see may_retry) never starts on a reused connection: then there is nothing to resend.
   if (!may_retry(r))
     set(CURLOPT_FRESH_CONNECT, 1L);
-  if (r.follow_redirects) {
+  // libcurl follows GET, HEAD and POST as browsers and curl's own tool do (POST becomes GET on
+  // 301, 302 and 303, stays POST with its body on 307 and 308). Any other method is followed
+  // by the client (client_impl::redirect).
+  if (r.follow_redirects && !follows_itself(r)) {
     set(CURLOPT_FOLLOWLOCATION, 1L);
     set(CURLOPT_MAXREDIRS, r.max_redirects);
   }
+  auto append = [&](const std::string& line) {
+    curl_slist* next = curl_slist_append(t.header_list, line.c_str());
+    if (next)
+      t.header_list = next;
+    return next != nullptr;
+  };
   for (const auto& [name, value] : r.headers) {
     std::string line = name;
     line += value.empty() ? ";" : ": "; // "Name;" sends an empty value in libcurl
     line += value;
-    curl_slist* next = curl_slist_append(t.header_list, line.c_str());
-    if (!next)
+    if (!append(line))
       return CURLE_OUT_OF_MEMORY;
-    t.header_list = next;
+  }
+  const client_options* o = defaults.options;
+  // libcurl's default headers, which the caller did not ask for: "Name:" removes one.
+  // Content-Type: libcurl labels every body application/x-www-form-urlencoded; a body is sent
+  // as is, labelled only by the caller's own Content-Type.
+  if (!r.header("Content-Type") && !append("Content-Type:"))
+    return CURLE_OUT_OF_MEMORY;
+  // Expect: 100-continue, for bodies over 1 MiB, only when asked (expect_continue_timeout).
+  if (!r.header("Expect") && (!o || o->expect_continue_timeout.count() == 0) && !append("Expect:"))
+    return CURLE_OUT_OF_MEMORY;
+  if (o) {
+    if (o->expect_continue_timeout.count() > 0)
+      set(CURLOPT_EXPECT_100_TIMEOUT_MS, static_cast<long>(o->expect_continue_timeout.count()));
+    if (o->stall_timeout.count() > 0) {
+      set(CURLOPT_LOW_SPEED_LIMIT, o->stall_min_bytes_per_second);
+      set(CURLOPT_LOW_SPEED_TIME, static_cast<long>(o->stall_timeout.count()));
+    }
+    // An empty CURLOPT_PROXY disables every proxy, the environment's included.
+    if (!o->proxy.empty())
+      set(CURLOPT_PROXY, o->proxy.c_str());
+    else if (!o->proxy_from_environment)
+      set(CURLOPT_PROXY, "");
+    if (!o->no_proxy.empty())
+      set(CURLOPT_NOPROXY, o->no_proxy.c_str());
+    if (o->decompress)
+      set(CURLOPT_ACCEPT_ENCODING, "");
   }
   if (t.header_list)
     set(CURLOPT_HTTPHEADER, t.header_list);

@@ -16,6 +16,8 @@ static_assert(static_cast<int>(errc::couldnt_connect) == CURLE_COULDNT_CONNECT);
 static_assert(static_cast<int>(errc::weird_server_reply) == CURLE_WEIRD_SERVER_REPLY);
 static_assert(static_cast<int>(errc::partial_file) == CURLE_PARTIAL_FILE);
 static_assert(static_cast<int>(errc::out_of_memory) == CURLE_OUT_OF_MEMORY);
+static_assert(static_cast<int>(errc::write_error) == CURLE_WRITE_ERROR);
+static_assert(static_cast<int>(errc::filesize_exceeded) == CURLE_FILESIZE_EXCEEDED);
 static_assert(static_cast<int>(errc::operation_timedout) == CURLE_OPERATION_TIMEDOUT);
 static_assert(static_cast<int>(errc::too_many_redirects) == CURLE_TOO_MANY_REDIRECTS);
 static_assert(static_cast<int>(errc::got_nothing) == CURLE_GOT_NOTHING);
@@ -56,6 +58,8 @@ public:
       return "TLS: the server's certificate status (OCSP) is invalid";
     case CURLE_SSL_CLIENTCERT:
       return "TLS: the server requires a client certificate";
+    case CURLE_FILESIZE_EXCEEDED:
+      return "response larger than the client accepts (body or header block)";
     default:
       return curl_easy_strerror(static_cast<CURLcode>(value));
     }

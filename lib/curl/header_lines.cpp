@@ -35,11 +35,22 @@ void append_value(std::string& out, std::string_view v) {
 
 } // namespace
 
-void add_header_line(header_list& headers, std::string_view line) {
-  if (line.starts_with("HTTP/")) {
-    headers.clear();
+void header_reader::line(std::string_view line) {
+  if (!in_block) {
+    if (line.starts_with("HTTP/")) {
+      headers.clear();
+      in_block = true;
+    }
+    return; // a trailer field, or the blank line ending the trailers
+  }
+  if (line == "\r\n" || line == "\n" || line.empty()) {
+    in_block = false;
     return;
   }
+  add_header_line(headers, line);
+}
+
+void add_header_line(header_list& headers, std::string_view line) {
   if (line.empty())
     return;
   if (blank(line.front())) {

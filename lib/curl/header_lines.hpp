@@ -9,10 +9,9 @@
 
 namespace coretry::curl::detail {
 
-/// Adds one raw header line (terminator included, as libcurl passes it) to `headers`:
+/// Adds one raw field line of a header block (terminator included, as libcurl passes it) to
+/// `headers` (status lines, block ends and trailers are `header_reader`'s business):
 ///
-/// - a status line ("HTTP/...") starts a new response (a redirect hop, an interim 1xx): the
-///   fields gathered so far are dropped;
 /// - "name: value" adds a field whose name is a non-empty token (RFC 9110 tchar) and whose value
 ///   has its surrounding spaces and tabs removed and every CR, LF or NUL inside replaced by a
 ///   space (RFC 9110, section 5.5), so no value carries a line break;
@@ -21,5 +20,25 @@ namespace coretry::curl::detail {
 /// - anything else (the blank line ending the block, a name with spaces or other non-token
 ///   characters, a line without a colon) is ignored.
 void add_header_line(header_list& headers, std::string_view line);
+
+/// The header lines of one transfer, every one libcurl hands to CURLOPT_HEADERFUNCTION, into
+/// the fields of its last response:
+///
+/// - a status line ("HTTP/...") between two header blocks starts a new response (a redirect hop,
+///   an interim 1xx, a proxy's CONNECT reply): the fields gathered so far are dropped. Inside a
+///   block a line starting with "HTTP/" is not a status line: it is a field line whose name is
+///   not a token, and ignored like any other (it must not erase the fields before it);
+/// - the blank line ends the block;
+/// - lines inside a block are fields (`add_header_line`);
+/// - lines after a block ended and before the next status line are trailer fields of a chunked
+///   body (RFC 9112, section 7.1.2): dropped, never merged into the fields (RFC 9110, section
+///   6.5.1: a trailer must not be taken for a header field; a `Retry-After` sent only as a
+///   trailer is ignored).
+struct header_reader {
+  header_list headers{};
+  bool in_block = false;
+
+  void line(std::string_view line);
+};
 
 } // namespace coretry::curl::detail

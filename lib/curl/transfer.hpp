@@ -5,10 +5,14 @@
 
 #include <curl/curl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <system_error>
+
+#include "header_lines.hpp"
 
 namespace coretry::curl::detail {
 
@@ -27,23 +31,63 @@ struct transfer {
   bool cancel_requested = false;
   /// Whether it was handed over with CURLOPT_PIPEWAIT (it may share an HTTP/2 connection).
   bool pipewait = false;
+  /// Redirects followed by the client itself so far (see follows_itself).
+  long hops = 0;
   /// Its share of the client's admission limit while active (see client_impl::admit).
   std::size_t cost = 0;
   /// "scheme://host:port" of `req.url`, lowercased: what the client learns HTTP/2 support by.
   std::string origin;
   char error_buffer[CURL_ERROR_SIZE] = {};
+  /// The header lines of the response being received (status lines, trailers; see
+  /// header_lines.hpp), and the header bytes received over the whole transfer.
+  header_reader headers{};
+  std::size_t header_bytes = 0;
+  /// The client's response size limits (0 = no limit for the body).
+  std::size_t max_body = 0;
+  std::size_t max_headers = 0;
+  /// Set by a callback that aborted the transfer (an exception caught, a size limit passed):
+  /// the error it completes with instead of libcurl's (CURLE_WRITE_ERROR, ...), and the account
+  /// of it for `response::error_detail`. Written without allocating.
+  std::error_code abort_error{};
+  char abort_detail[CURL_ERROR_SIZE] = {};
 };
+
+/// Where a test makes a callback throw (`fault_point`), to prove that no exception crosses
+/// libcurl. One relaxed load per callback when unset.
+enum class fault_point : unsigned { none = 0, body = 1, header = 2, socket = 4, timer = 8 };
+/// The points armed (a mask of `fault_point`s): each armed callback throws `std::bad_alloc` once
+/// and disarms itself.
+extern std::atomic<unsigned> armed_faults;
+/// Throws `std::bad_alloc` when `p` is armed (disarming it).
+void maybe_inject(fault_point p);
+
+/// Records the abort of `t` by a callback: `ec`, and the detail "coretry: <what>" (truncated to
+/// CURL_ERROR_SIZE, no allocation).
+void set_abort(transfer& t, std::error_code ec, const char* what) noexcept;
 
 /// What every transfer of a client shares: the client's options, resolved.
 struct easy_defaults {
   http_version_option http_version = http_version_option::http2_tls;
-  const tls_options* tls = nullptr; ///< the client's; `request::tls` replaces it
+  std::size_t max_body = 0;                ///< client_options::max_response_body (0 = unlimited)
+  std::size_t max_headers = 0;             ///< client_options::max_response_headers
+  const client_options* options = nullptr; ///< the client's (stall, Expect, proxy, encodings)
+  const tls_options* tls = nullptr;        ///< the client's; `request::tls` replaces it
 };
 
 /// Sets `t.easy` up for `t.req` (callbacks writing into `t.resp`, headers into
 /// `t.header_list`, CURLOPT_PIPEWAIT when `t.pipewait`). The socket callbacks are the driver's
 /// business, not set here.
 CURLcode configure_easy(transfer& t, const easy_defaults& defaults);
+
+/// Whether the client, not libcurl, follows `r`'s redirects: for methods other than GET, HEAD
+/// and POST, whose rules libcurl 7.88 gets wrong (it keeps the method on a 303 and drops the
+/// body on 301/302/303).
+bool follows_itself(const request& r) noexcept;
+
+/// What a finished transfer completes with: the error a callback recorded, libcurl's result
+/// otherwise, with libcurl's header size failures mapped to `errc::filesize_exceeded` (see
+/// transfers.cpp).
+std::error_code outcome(transfer& t, CURLcode result);
 
 /// Frees `t.header_list`.
 void free_headers(transfer& t) noexcept;

@@ -1,5 +1,6 @@
 // The queue and pool of transfers under the connection limit: submit, start, cancel, finish.
 
+#include <coretry/curl/classify.hpp>
 #include <coretry/curl/error.hpp>
 
 #include <asio/error.hpp>
@@ -69,6 +70,9 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
       driver_(executor_, mutex_, *this, stats_.open, stats_.connects, limits_of(options_)) {
   defaults_.http_version = options_.http_version;
   defaults_.tls = &options_.tls;
+  defaults_.max_body = options_.max_response_body;
+  defaults_.max_headers = options_.max_response_headers;
+  defaults_.options = &options_;
   if (options_.max_concurrent_requests > 0) {
     capacity_ = options_.max_concurrent_requests;
   } else if (options_.max_total_connections > 0) {
@@ -77,8 +81,9 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
                                             ? options_.max_streams_per_connection
                                             : default_streams);
     const auto connections = static_cast<std::size_t>(options_.max_total_connections);
-    // Beyond what a size_t holds the limit is no limit.
-    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : 0;
+    // Saturated: a product beyond what a size_t holds is still a limit (an HTTP/1.1 transfer
+    // still costs a whole connection), never "no limit".
+    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : SIZE_MAX;
   }
 }
 
@@ -154,17 +159,22 @@ bool client_impl::admit(transfer& t) {
   // than open one per transfer. One known to answer over HTTP/1.1 gets no wait: PIPEWAIT would
   // only serialize its connection set-ups.
   t.pipewait = http2 && (known == multiplexes_.end() || known->second);
-  const bool shares = http2 && known != multiplexes_.end() && known->second;
+  // A transfer that must not be sent twice gets a fresh connection (CURLOPT_FRESH_CONNECT, see
+  // easy_setup.cpp) even to an HTTP/2 origin: it costs a whole connection.
+  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req);
   t.cost = !by_connections_ ? 1 : shares ? 1 : streams_;
   return capacity_ == 0 || used_ + t.cost <= capacity_;
 }
 
-void client_impl::learn(const transfer& t) {
-  if (t.resp.version == http_version::unknown || !may_use_http2(options_.http_version, t.origin))
+void client_impl::learn(const transfer& t, std::string_view effective_url) {
+  // The version is the last hop's: after redirects, that of the origin the last response came
+  // from, not the first URL's.
+  const std::string origin = effective_url.empty() ? t.origin : origin_of(effective_url);
+  if (t.resp.version == http_version::unknown || !may_use_http2(options_.http_version, origin))
     return;
-  if (multiplexes_.size() >= max_known_origins && !multiplexes_.contains(t.origin))
+  if (multiplexes_.size() >= max_known_origins && !multiplexes_.contains(origin))
     multiplexes_.clear();
-  multiplexes_[t.origin] = t.resp.version == http_version::http2;
+  multiplexes_[origin] = t.resp.version == http_version::http2;
 }
 
 void client_impl::start(std::shared_ptr<transfer> t) {
@@ -240,7 +250,7 @@ void client_impl::finish(std::shared_ptr<transfer> t, std::error_code ec) {
       c->complete(ec, std::move(t->resp));
     } else {
       response failed;
-      failed.error_detail = t->error_buffer;
+      failed.error_detail = t->abort_error ? t->abort_detail : t->error_buffer;
       c->complete(ec, std::move(failed));
     }
   }
@@ -299,16 +309,107 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
   default:
     break;
   }
-  if (result == CURLE_OK)
-    learn(*t);
+  t->resp.headers = std::move(t->headers.headers);
+  std::error_code ec = outcome(*t, result);
+  if (!ec) {
+    char* effective = nullptr;
+    curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &effective);
+    learn(*t, effective ? std::string_view(effective) : std::string_view());
+  }
+  std::string location;
+  if (!ec && follows_itself(t->req)) {
+    char* target = nullptr;
+    if (curl_easy_getinfo(easy, CURLINFO_REDIRECT_URL, &target) == CURLE_OK && target)
+      location = target;
+  }
   driver_.remove(easy);
   release_easy(*t);
-  finish(std::move(t),
-         result == CURLE_OK ? std::error_code() : std::error_code(result, curl_category()));
+  if (!location.empty()) {
+    if (t->hops >= t->req.max_redirects) {
+      ec = make_error_code(errc::too_many_redirects);
+    } else {
+      redirect(std::move(t), std::move(location));
+      return;
+    }
+  }
+  finish(std::move(t), ec);
+}
+
+// The rules of RFC 9110, section 15.4, as browsers and curl's --post301/302/303 apply them,
+// for the methods libcurl does not follow itself (see follows_itself): 303 turns the request
+// into a GET without body; 301, 302, 307 and 308 keep its method and body (only a POST, which
+// libcurl follows, becomes a GET on 301 and 302). Credentials do not follow to another origin.
+void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
+  const int status = static_cast<int>(t->resp.status);
+  ++t->hops;
+  if (status == 303) {
+    t->req.method = "GET";
+    t->req.body.clear();
+  }
+  if (origin_of(location) != t->origin)
+    std::erase_if(t->req.headers, [](const auto& h) {
+      return iequals(h.first, "Authorization") || iequals(h.first, "Cookie") ||
+             iequals(h.first, "Proxy-Authorization");
+    });
+  t->req.url = std::move(location);
+  free_headers(*t);
+  t->resp = {};
+  t->headers = {};
+  t->header_bytes = 0;
+  t->error_buffer[0] = '\0';
+  start_or_queue(std::move(t));
+}
+
+std::error_code outcome(transfer& t, CURLcode result) {
+  // A callback that aborted the transfer said why (an exception, a size limit).
+  if (t.abort_error)
+    return t.abort_error;
+  if (result == CURLE_OK)
+    return {};
+  const std::string_view detail = t.error_buffer;
+  // libcurl 7.88's own header limits: a header block over 300 KiB fails with
+  // CURLE_RECV_ERROR "Too large response headers: ...", one line over 100 KiB with
+  // CURLE_OUT_OF_MEMORY while the block is being read. Both fail the same way each time: the
+  // same error as client_options::max_response_headers, which is not retried.
+  if ((result == CURLE_RECV_ERROR && detail.starts_with("Too large response headers")) ||
+      (result == CURLE_OUT_OF_MEMORY && t.resp.body.empty() &&
+       (t.headers.in_block || t.header_bytes == 0))) {
+    set_abort(t, make_error_code(errc::filesize_exceeded),
+              "response header line or block larger than libcurl accepts (100 KiB a line, "
+              "300 KiB a block)");
+    return t.abort_error;
+  }
+  return {result, curl_category()};
 }
 
 void client_impl::transfers_freed() {
   start_queued();
+}
+
+void client_impl::callback_failed(CURL* easy, std::error_code ec, const char* what) noexcept {
+  if (!easy)
+    return;
+  auto it = active_.find(easy);
+  if (it != active_.end())
+    set_abort(*it->second, ec, what);
+}
+
+void client_impl::abort_failed(bool all, std::error_code ec) {
+  std::vector<std::shared_ptr<transfer>> failed;
+  for (auto& [easy, t] : active_)
+    if (all || t->abort_error)
+      failed.push_back(t);
+  for (auto& t : failed) {
+    set_abort(*t, ec, "the client could not watch libcurl's timer");
+    driver_.remove(t->easy);
+    active_.erase(t->easy);
+    used_ -= t->cost;
+    stats_.active.add(-1);
+    release_easy(*t);
+    finish(t, t->abort_error);
+  }
+  if (!failed.empty())
+    start_queued();
 }
 
 } // namespace coretry::curl::detail

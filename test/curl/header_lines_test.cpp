@@ -11,14 +11,14 @@
 #include "header_lines.hpp"
 
 using coretry::curl::header_list;
-using coretry::curl::detail::add_header_line;
+using coretry::curl::detail::header_reader;
 
 namespace {
 header_list parse(std::initializer_list<std::string_view> lines) {
-  header_list h;
+  header_reader r;
   for (auto line : lines)
-    add_header_line(h, line);
-  return h;
+    r.line(line);
+  return r.headers;
 }
 } // namespace
 
@@ -35,6 +35,28 @@ TEST_CASE("a status line starts a new response: only the last one's fields are k
                         "retry-after: 7\r\n", "\r\n"});
   REQUIRE(h.size() == 1);
   CHECK(h[0].first == "retry-after");
+}
+
+TEST_CASE("a line starting with HTTP/ inside a block erases nothing") {
+  // Issue 18, finding 9: it used to be taken for a status line and drop Retry-After.
+  const auto h = parse({"HTTP/1.1 503 Service Unavailable\r\n", "Retry-After: 5\r\n",
+                        "HTTP/1.1 200 OK\r\n", "X-After: 1\r\n", "\r\n"});
+  REQUIRE(h.size() == 2);
+  CHECK(h[0] == std::pair<std::string, std::string>("Retry-After", "5"));
+  CHECK(h[1].first == "X-After");
+}
+
+TEST_CASE("trailer fields after the block are not merged into the headers") {
+  // Issue 18, finding 9: libcurl hands a chunked body's trailers to the header callback.
+  const auto h = parse({"HTTP/1.1 503 Service Unavailable\r\n", "Transfer-Encoding: chunked\r\n",
+                        "\r\n", "Retry-After: 1\r\n", "X-Trailer: t\r\n", "\r\n"});
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].first == "Transfer-Encoding");
+  // ... and a status line after trailers still starts the next response.
+  const auto next = parse({"HTTP/1.1 100 Continue\r\n", "\r\n", "HTTP/1.1 200 OK\r\n",
+                           "X-Final: 1\r\n", "\r\n", "X-Trailer: t\r\n", "\r\n"});
+  REQUIRE(next.size() == 1);
+  CHECK(next[0].first == "X-Final");
 }
 
 TEST_CASE("a folded header line continues the previous field after one space") {

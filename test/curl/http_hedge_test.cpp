@@ -188,3 +188,33 @@ TEST_CASE("cancelling a hedged request aborts every copy in flight") {
   run_until(io, [&] { return server.open_connections() == 0; });
   CHECK(c.stats().open_connections == 0);
 }
+
+TEST_CASE("hedge honours the policy's retry_if_result in place of the status classification") {
+  // Issue 18, finding 6: the user's filter was silently replaced.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  coretry::hedge_options options;
+  options.delay = 10s;
+  SUBCASE("retry on 409") {
+    server.push(http_action::with_status(409));
+    auto policy =
+        coretry::retry_policy{}.retry_if_result([](const response& r) { return r.status == 409; });
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::hedge(c, get(server.url()), policy, options);
+    }());
+    CHECK(r.status == 200);
+    CHECK(server.requests() == 2);
+  }
+  SUBCASE("never by status") {
+    server.set_default(http_action::with_status(503));
+    auto policy = coretry::retry_policy{}.retry_if_result([](const response&) { return false; });
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::hedge(c, get(server.url()), policy, options);
+    }());
+    CHECK(r.status == 503);
+    CHECK(server.requests() == 1);
+  }
+}

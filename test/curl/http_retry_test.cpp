@@ -630,3 +630,41 @@ TEST_CASE("a retry whose client is destroyed mid-transfer completes once with op
   CHECK(result == asio::error::operation_aborted);
   CHECK(server.requests() == 1);
 }
+
+TEST_CASE("retry honours the policy's retry_if_result in place of the status classification") {
+  // Issue 18, finding 6: the user's filter was silently replaced by is_retryable_status.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  SUBCASE("retry on 409: the filter is called, and a 409 is retried") {
+    server.push(http_action::with_status(409));
+    int calls = 0;
+    auto policy = fast_policy(3).retry_if_result([&](const response& r) {
+      ++calls;
+      return r.status == 409;
+    });
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::retry(c, get(server.url()), policy);
+    }());
+    CHECK(r.status == 200);
+    CHECK(calls == 2);
+    CHECK(server.requests() == 2);
+  }
+  SUBCASE("never retry by status: a 503 is returned at once") {
+    server.set_default(http_action::with_status(503));
+    auto policy = fast_policy(3).retry_if_result([](const response&) { return false; });
+    response r;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      r = co_await coretry::curl::retry(c, get(server.url()), policy);
+    }());
+    CHECK(r.status == 503);
+    CHECK(server.requests() == 1);
+  }
+  SUBCASE("a filter on another result type is refused at the call") {
+    auto policy = fast_policy(3).retry_if_result([](const int&) { return false; });
+    CHECK_THROWS_AS(
+        coretry::curl::async_retry(c, get(server.url()), policy, [](std::error_code, response) {}),
+        std::invalid_argument);
+  }
+}

@@ -4,7 +4,8 @@
 //
 // The input is split after each LF, as libcurl splits a header block. Properties: every field
 // name is a non-empty token; no value holds CR, LF or NUL or starts or ends with a space or tab;
-// the fields never hold more bytes than the input; a status line drops what came before it.
+// the fields never hold more bytes than the input; a status line between header blocks drops
+// what came before it.
 
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/request.hpp>
@@ -37,16 +38,19 @@ bool tchar(char c) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   coretry::curl::response r;
+  coretry::curl::detail::header_reader reader;
   std::size_t pos = 0;
   while (pos < input.size()) {
     const std::size_t lf = input.find('\n', pos);
     const std::size_t end = lf == std::string_view::npos ? input.size() : lf + 1;
     const std::string_view line = input.substr(pos, end - pos);
-    coretry::curl::detail::add_header_line(r.headers, line);
-    if (line.starts_with("HTTP/"))
-      check(r.headers.empty(), "a status line kept earlier fields");
+    const bool between_blocks = !reader.in_block;
+    reader.line(line);
+    if (between_blocks && line.starts_with("HTTP/"))
+      check(reader.headers.empty(), "a status line kept earlier fields");
     pos = end;
   }
+  r.headers = std::move(reader.headers);
 
   std::size_t bytes = 0;
   for (const auto& [name, value] : r.headers) {

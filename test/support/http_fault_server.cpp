@@ -35,6 +35,8 @@ const char* reason(int status) {
     return "Bad Request";
   case 404:
     return "Not Found";
+  case 413:
+    return "Content Too Large";
   case 408:
     return "Request Timeout";
   case 429:
@@ -143,6 +145,25 @@ struct http_fault_server::state : std::enable_shared_from_this<state> {
       std::size_t length = 0;
       if (auto cl = req.header("Content-Length"); !cl.empty())
         length = std::stoul(cl);
+      // Peek at the action for an early answer: it reads no body.
+      if (!chooser && !script.empty() && script.front().early) {
+        log.push_back(req);
+        http_action a = std::move(script.front());
+        script.pop_front();
+        if (a.delay.count() > 0) { // the client meanwhile fills the socket buffers
+          asio::steady_timer timer(executor, a.delay);
+          co_await timer.async_wait(nothrow);
+        }
+        std::string head = "HTTP/1.1 " + std::to_string(a.status) + " " + reason(a.status) +
+                           "\r\nContent-Length: " + std::to_string(a.body.size()) +
+                           "\r\nConnection: close\r\n\r\n" + a.body;
+        co_await asio::async_write(*sock, asio::buffer(head), nothrow);
+        std::error_code ignored;
+        if (!a.keep_alive) // at once, as a reset
+          sock->set_option(asio::socket_base::linger(true, 0), ignored);
+        sock->close(ignored); // the unread upload makes it a reset anyway
+        co_return;
+      }
       while (buf.size() < length) {
         auto [ec, n] = co_await sock->async_read_some(asio::buffer(tmp), nothrow);
         if (ec)
@@ -171,6 +192,17 @@ struct http_fault_server::state : std::enable_shared_from_this<state> {
           if (ec)
             co_return;
         }
+      case http_action::kind::raw: {
+        auto [ec, n] = co_await asio::async_write(*sock, asio::buffer(a.body), nothrow);
+        if (ec)
+          co_return;
+        if (!a.keep_alive) {
+          sock->shutdown(asio::socket_base::shutdown_both, ignored);
+          sock->close(ignored);
+          co_return;
+        }
+        break;
+      }
       case http_action::kind::truncate: {
         std::string head = "HTTP/1.1 " + std::to_string(a.status) + " " + reason(a.status) +
                            "\r\nContent-Length: " + std::to_string(a.body.size() + a.chunk) +

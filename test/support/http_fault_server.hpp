@@ -32,6 +32,7 @@ struct http_action {
     hang,      ///< never reply; keep the connection until the client (or stop()) closes it
     slow_body, ///< send the headers, then `body` one `chunk` bytes at a time, `delay` apart
     truncate,  ///< declare `body.size() + chunk` bytes, send `body`, close (a partial read)
+    raw,       ///< send `body` as the whole response, byte for byte (status line included)
   };
   kind what = kind::respond;
   int status = 200;
@@ -40,6 +41,9 @@ struct http_action {
   std::chrono::milliseconds delay{0};
   std::size_t chunk = 1;
   bool keep_alive = true;
+  /// Answer as soon as the request's header block arrived, without reading its body, then
+  /// close (unread bytes make the close a reset): a server rejecting an upload early.
+  bool early = false;
 
   static http_action ok(std::string body = "ok") { return {.body = std::move(body)}; }
   static http_action with_status(int status, std::string body = "") {
@@ -58,6 +62,10 @@ struct http_action {
   /// Announces `missing` more bytes than `body` holds, sends `body`, then closes.
   static http_action truncated(std::string body, std::size_t missing = 10) {
     return {.what = kind::truncate, .body = std::move(body), .chunk = missing};
+  }
+  /// Sends `bytes` as the whole response (status line, fields, body as given).
+  static http_action raw(std::string bytes, bool keep_alive = false) {
+    return {.what = kind::raw, .body = std::move(bytes), .keep_alive = keep_alive};
   }
   static http_action delayed(std::chrono::milliseconds delay, std::string body = "ok") {
     return {.body = std::move(body), .delay = delay};

@@ -17,9 +17,11 @@
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -80,10 +82,54 @@ struct CORETRY_CURL_API client_options {
   /// Trust and client certificate for https:// URLs; verification on (see `tls_options`).
   /// `request::tls` replaces it for one request.
   tls_options tls{};
+  /// The largest response body accepted, in bytes (after decoding chunked transfer encoding);
+  /// 0 = no limit. A body announced larger (Content-Length) fails before any of it is stored, one
+  /// growing past it fails as soon as it does: `errc::filesize_exceeded`, never retried. The
+  /// whole body is held in memory (`response::body`), so the default, 64 MiB, keeps an endless
+  /// or hostile body from taking all of it.
+  std::size_t max_response_body = std::size_t{64} << 20;
+  /// The most header bytes accepted in one transfer, every line counted as received (status
+  /// lines, fields, the blank lines, interim 1xx and redirect hops, trailers); default 256 KiB,
+  /// at least 1. Beyond it: `errc::filesize_exceeded`, never retried. libcurl 7.88 has limits of
+  /// its own (100 KiB for one line, 300 KiB for a block): passing those gives the same error.
+  std::size_t max_response_headers = std::size_t{256} << 10;
+  /// A transfer moving fewer than `stall_min_bytes_per_second` bytes a second, on average over
+  /// `stall_timeout`, is aborted with `errc::operation_timedout` (`CURLOPT_LOW_SPEED_LIMIT` and
+  /// `CURLOPT_LOW_SPEED_TIME`; libcurl checks once a second, so whole seconds). A slow-loris
+  /// server then cannot hold a request without an overall `request::timeout` forever. Default
+  /// 60 s under 1 byte/s, that is a minute of silence; 0 s turns the check off. Not negative.
+  std::chrono::seconds stall_timeout{60};
+  long stall_min_bytes_per_second = 1; ///< at least 1
+  /// `Expect: 100-continue`. 0 (the default): never sent, a body goes out at once with its
+  /// headers (libcurl would otherwise send it for bodies over 1 MiB and wait up to 1 s for a
+  /// `100 Continue` many servers never send). Positive: sent for bodies over 1 MiB, waiting at
+  /// most this long for the server's go-ahead or early refusal
+  /// (`CURLOPT_EXPECT_100_TIMEOUT_MS`). A request's own `Expect` header wins. Not negative.
+  std::chrono::milliseconds expect_continue_timeout{0};
+  /// The proxy for every request (`CURLOPT_PROXY`), e.g. "http://proxy.example:3128" or
+  /// "socks5h://127.0.0.1:1080"; it must name its scheme. Empty (the default): no proxy,
+  /// unless `proxy_from_environment`.
+  std::string proxy{};
+  /// Hosts reached without the proxy (`CURLOPT_NOPROXY`: comma-separated names, domains,
+  /// addresses, "*" for all).
+  std::string no_proxy{};
+  /// Whether the environment may choose a proxy when `proxy` is empty: `http_proxy`,
+  /// `https_proxy`, `all_proxy` and `no_proxy` (libcurl's reading of them). Default false: the
+  /// environment is ignored and every request goes direct, so a variable set for other tools
+  /// does not silently reroute the client's traffic.
+  bool proxy_from_environment = false;
+  /// Sends `Accept-Encoding` with every encoding this libcurl decodes (gzip, deflate, br, zstd,
+  /// as built) and decodes the body (`CURLOPT_ACCEPT_ENCODING` ""). `max_response_body` counts
+  /// the decoded bytes, so a compression bomb stops at the limit. Default false: no
+  /// `Accept-Encoding` is sent and the body is returned as received.
+  bool decompress = false;
 
   /// Throws `std::invalid_argument` naming the field and its value when a `long` field is
-  /// negative, `http_version` is out of range, or `tls` is invalid (`tls.ca_file`, ...; see
-  /// `tls_options::validate`).
+  /// negative, `http_version` is out of range (or `http2_prior_knowledge` on libcurl before
+  /// 8.0), `max_streams_per_connection` is above 2147483647, `max_response_headers` is 0,
+  /// `stall_timeout` or `expect_continue_timeout` is negative, `stall_min_bytes_per_second` is
+  /// below 1, `proxy` has no "scheme://" or a NUL, `no_proxy` has a NUL, or `tls` is invalid
+  /// (`tls.ca_file`, ...; see `tls_options::validate`).
   void validate() const;
 };
 

@@ -19,15 +19,25 @@ enum class errc {
   weird_server_reply = 8,   ///< CURLE_WEIRD_SERVER_REPLY
   http2 = 16,               ///< CURLE_HTTP2 (HTTP/2 framing or connection error, e.g. GOAWAY)
   partial_file = 18,        ///< CURLE_PARTIAL_FILE (body shorter than Content-Length)
-  out_of_memory = 27,       ///< CURLE_OUT_OF_MEMORY
-  operation_timedout = 28,  ///< CURLE_OPERATION_TIMEDOUT (`request::timeout`/`connect_timeout`)
+  /// CURLE_WRITE_ERROR: storing the response failed; with a detail starting "coretry:", an
+  /// exception other than `std::bad_alloc` was caught inside one of libcurl's callbacks.
+  write_error = 23,
+  /// CURLE_OUT_OF_MEMORY; also a `std::bad_alloc` caught inside one of libcurl's callbacks
+  /// (storing the body or a header, watching a socket), which aborts that transfer alone.
+  out_of_memory = 27,
+  operation_timedout = 28, ///< CURLE_OPERATION_TIMEDOUT (`request::timeout`/`connect_timeout`)
   /// CURLE_SSL_CONNECT_ERROR: the TLS handshake failed (no common protocol version, e.g. below
   /// `tls_options::min_version`, or cipher; a client certificate the server rejected).
   ssl_connect_error = 35,
   too_many_redirects = 47, ///< CURLE_TOO_MANY_REDIRECTS
-  got_nothing = 52,        ///< CURLE_GOT_NOTHING (connection closed without a reply)
-  send_error = 55,         ///< CURLE_SEND_ERROR
-  recv_error = 56,         ///< CURLE_RECV_ERROR (e.g. connection reset by peer)
+  /// CURLE_FILESIZE_EXCEEDED: the response is larger than the client accepts: its body over
+  /// `client_options::max_response_body` (announced or received), its header bytes over
+  /// `client_options::max_response_headers`, or a header line or block over libcurl's own
+  /// limits (100 KiB a line, 300 KiB a block in 7.88). Never retried.
+  filesize_exceeded = 63,
+  got_nothing = 52, ///< CURLE_GOT_NOTHING (connection closed without a reply)
+  send_error = 55,  ///< CURLE_SEND_ERROR
+  recv_error = 56,  ///< CURLE_RECV_ERROR (e.g. connection reset by peer)
   /// CURLE_SSL_CERTPROBLEM: the client certificate or key (`tls_options::client_cert`,
   /// `client_key`) could not be used.
   ssl_certproblem = 58,

@@ -32,7 +32,10 @@ enum class tls_version : std::uint8_t { tls1_0, tls1_1, tls1_2, tls1_3 };
 /// (`/etc/ssl/certs/ca-certificates.crt` on Debian) and offer TLS 1.2 or later.
 ///
 /// Trust comes only from these fields: libcurl does not read `SSL_CERT_FILE` or
-/// `CURL_CA_BUNDLE` from the environment (the curl command-line tool does).
+/// `CURL_CA_BUNDLE` from the environment (the curl command-line tool does). When any of
+/// `ca_file`, `ca_path`, `ca_blob` is set, the CAs they give are the only ones trusted: the
+/// system bundle and directory (libcurl's built-in `CAINFO` and `CAPATH`, on Debian
+/// `/etc/ssl/certs/ca-certificates.crt` and `/etc/ssl/certs`) are then not used at all.
 ///
 /// `client_options::tls` applies to every request of a client; `request::tls`, when set,
 /// replaces it as a whole for that request (the fields are not merged). A connection is reused
@@ -41,7 +44,8 @@ struct CORETRY_CURL_API tls_options {
   /// A PEM file of CA certificates to trust instead of the system bundle (`CURLOPT_CAINFO`).
   std::string ca_file{};
   /// A directory of PEM CA certificates named by subject hash, as `openssl rehash` or
-  /// `c_rehash` leave them (`<hash>.0`), searched as well (`CURLOPT_CAPATH`).
+  /// `c_rehash` leave them (`<hash>.0`), trusted instead of the system directory, together
+  /// with `ca_file` or `ca_blob` when those are set too (`CURLOPT_CAPATH`).
   std::string ca_path{};
   /// PEM CA certificates held in memory, trusted instead of `ca_file` and the system bundle
   /// (`CURLOPT_CAINFO_BLOB`).

@@ -120,6 +120,11 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     }
     st->sleep();
   };
+  // The caller's result filter, when set, replaces the status classification (as `retry_if`
+  // replaces `is_retryable`); one on another type than `response` is refused at the call by the
+  // loop (std::invalid_argument).
+  if (p.result_filter)
+    return p;
   return std::move(p).retry_if_result(retryable_response{});
 }
 
@@ -165,8 +170,11 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 /// classify.hpp.
 ///
 /// - Transport errors are retried when `is_retryable(ec)` (or `policy.retry_if`, when set,
-///   says so); statuses when `is_retryable_status(status)`. Any other response, 4xx included,
-///   is returned at once.
+///   says so); responses when `is_retryable_status(status)`, or, when the policy has a
+///   `retry_if_result` filter on `response`, when that filter says so (it replaces the status
+///   classification; a filter on any other type is `std::invalid_argument` at the call). Any
+///   other response, 4xx included, is returned at once. `Retry-After` is read on 429 and 503
+///   whoever decided to retry them.
 /// - A request that `may_retry` refuses (a POST without `Idempotency-Key`, ...) is sent once.
 /// - On 429 and 503 a valid `Retry-After` asks the loop for at least that delay; the loop
 ///   waits `max(backoff delay, Retry-After)`, above the backoff's cap too. A hint above
