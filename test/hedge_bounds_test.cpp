@@ -31,7 +31,8 @@
 #define CORETRY_TEST_SANITIZER_HEAP 1
 #endif
 #ifdef CORETRY_TEST_SANITIZER_HEAP
-#include <sanitizer/allocator_interface.h>
+// From <sanitizer/allocator_interface.h>, which not every compiler installs.
+extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #else
 #include <malloc.h>
 #endif
