@@ -112,12 +112,16 @@ private:
   static void fire_due();
 };
 
-/// Ties manual waits to their execution context: when the context shuts down (before any of
-/// its other services), the waits that belong to it leave the clock's queue and are destroyed.
+/// Ties manual waits to their execution context: when the context shuts down (before the
+/// services registered earlier, its scheduler among them), the waits that belong to it leave the
+/// clock's queue and are destroyed uncalled. Registered by a timer's first wait on a context.
 class manual_clock_service final : public asio::execution_context::service {
 public:
+  /// The service's key in its execution context.
   static inline asio::execution_context::id id;
+  /// Made by `asio::use_service`.
   explicit manual_clock_service(asio::execution_context& ctx) : service(ctx) {}
+  /// Drops any wait registered after the shutdown too.
   ~manual_clock_service() override { manual_clock::drop_context(&context()); }
 
 private:
