@@ -15,6 +15,13 @@
 //       threads   one thread per request, asleep on a condition variable after its 503
 //     Prints waiting_sockets (socket descriptors held while all sleep), waiting_rss_per_op,
 //     waiting_threads.
+//
+//   coretry_http_bench --mode=soak [--count=1000000] [--every=50000]
+//     The throughput run of coretry::curl::retry, long: `count` GETs (half retried after a 503),
+//     64 in flight, sampling RSS and open descriptors every `every` completed requests; prints a
+//     "soak <done> rss_kb <n> fds <n> sockets <n>" line per sample, then the growth from the
+//     first sample after warm-up (10% of the run) to the last: soak_rss_growth_kb,
+//     soak_fd_growth. Not part of .ci/bench: minutes in a Release build (see docs/curl.md).
 #include <coretry/coretry.hpp>
 #include <coretry/curl/curl.hpp>
 
@@ -37,6 +44,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -218,6 +226,99 @@ totals coretry_throughput(const server_process& server, long n) {
   t.seconds = cb::seconds_since(t0);
   t.peak.sockets = long(c.stats().peak_open_connections);
   return t;
+}
+
+// --- soak ------------------------------------------------------------------------------------
+
+long open_descriptors() {
+  long n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d))
+      n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n - 1; // the directory stream's own
+}
+
+int coretry_soak(const server_process& server, long n, long every) {
+  constexpr double soak_limit_s = 900;
+  asio::io_context io(1);
+  coretry::curl::client c(io.get_executor(),
+                          {.max_total_connections = connection_limit,
+                           .max_host_connections = connection_limit,
+                           .max_concurrent_requests = std::size_t(connection_limit),
+                           .pool_size = std::size_t(in_flight)});
+  const coretry::retry_policy policy{.max_attempts = max_attempts,
+                                     .backoff = coretry::backoff::fixed(retry_delay)};
+  long next = 0;
+  long finished = 0;
+  long ok = 0;
+  long attempts = 0;
+  struct point {
+    long done, rss_kb, fds, sockets;
+  };
+  std::vector<point> points;
+  const auto t0 = cb::steady::now();
+  auto take_sample = [&] {
+    points.push_back(
+        {finished, cb::proc_status("VmRSS") / 1024, open_descriptors(), cb::open_ip_sockets()});
+    const point& p = points.back();
+    std::printf("soak %ld rss_kb %ld fds %ld sockets %ld t_s %.1f\n", p.done, p.rss_kb, p.fds,
+                p.sockets, cb::seconds_since(t0));
+    std::fflush(stdout);
+  };
+  auto worker = [&]() -> asio::awaitable<void> {
+    while (next < n) {
+      coretry::retry_stats stats;
+      const long id = next++;
+      coretry::curl::request req{.url = server.url(id)};
+      auto r = co_await coretry::curl::retry(c, std::move(req), policy, stats);
+      attempts += stats.attempts;
+      ok += r.status == 200;
+      if (++finished % every == 0)
+        take_sample();
+    }
+  };
+  long done = 0;
+  for (long w = 0; w < in_flight; ++w)
+    asio::co_spawn(io, worker(), [&](std::exception_ptr e) {
+      if (e)
+        std::rethrow_exception(e);
+      ++done;
+    });
+  while (done < in_flight && cb::seconds_since(t0) < soak_limit_s)
+    io.run_one_for(100ms);
+  if (done < in_flight) {
+    std::fprintf(stderr, "coretry_http_bench: soak stuck after %.0f s: %ld of %ld done\n",
+                 cb::seconds_since(t0), finished, n);
+    return 3;
+  }
+  const double seconds = cb::seconds_since(t0);
+  if (points.empty())
+    take_sample();
+  // Warm-up: the pool, the connection cache and the allocator's arenas fill in the first 10%.
+  std::size_t warm = 0;
+  while (warm + 1 < points.size() && points[warm].done < n / 10)
+    ++warm;
+  const point& a = points[warm];
+  const point& b = points.back();
+  long rss_max = 0;
+  long fds_max = 0;
+  for (std::size_t i = warm; i < points.size(); ++i) {
+    rss_max = std::max(rss_max, points[i].rss_kb);
+    fds_max = std::max(fds_max, points[i].fds);
+  }
+  cb::sample("soak_requests", "coretry", double(finished));
+  cb::sample("soak_ok", "coretry", double(ok));
+  cb::sample("soak_attempts", "coretry", double(attempts));
+  cb::sample("soak_seconds", "coretry", seconds);
+  cb::sample("soak_rss_warm_kb", "coretry", double(a.rss_kb));
+  cb::sample("soak_rss_max_kb", "coretry", double(rss_max));
+  cb::sample("soak_rss_growth_kb", "coretry", double(b.rss_kb - a.rss_kb));
+  cb::sample("soak_fds_warm", "coretry", double(a.fds));
+  cb::sample("soak_fds_max", "coretry", double(fds_max));
+  cb::sample("soak_fd_growth", "coretry", double(b.fds - a.fds));
+  return ok == n ? 0 : 1;
 }
 
 // --- a raw curl multi loop on Asio ---------------------------------------------------------------
@@ -574,7 +675,7 @@ int threads_waiting(const server_process& server, long n) {
 int main(int argc, char** argv) try {
   const std::string mode = cb::option(argc, argv, "mode", "throughput");
   const std::string variant = cb::option(argc, argv, "variant", "coretry");
-  const long n = cb::count_option(argc, argv, "count", 10'000);
+  const long n = cb::count_option(argc, argv, "count", mode == "soak" ? 1'000'000 : 10'000);
   const std::string server_path = cb::option(argc, argv, "server", default_server_path());
   std::signal(SIGPIPE, SIG_IGN);
   curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -584,6 +685,8 @@ int main(int argc, char** argv) try {
       return coretry_waiting(server, n);
     if (variant == "threads")
       return threads_waiting(server, n);
+  } else if (mode == "soak") {
+    return coretry_soak(server, n, cb::count_option(argc, argv, "every", std::max(1L, n / 20)));
   } else if (mode == "throughput") {
     totals t;
     if (variant == "coretry")

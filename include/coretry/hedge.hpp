@@ -39,6 +39,9 @@
 /// same instant), so what they share needs no lock but must allow that interleaving. Every
 /// attempt has returned before the operation completes, so `op` may capture references to the
 /// caller's locals. An attempt that ignores cancellation delays the completion until it returns.
+/// An attempt may fail without suspending: past a few such failures in a row the next start is
+/// posted, so the stack stays bounded and the deadline's timer runs. `T` needs only to be
+/// move-constructible.
 ///
 /// **Cancellation.** Terminal cancellation of the awaiting coroutine, any cancellation type
 /// through the handler's slot (`async_hedge`), and the policy's group token cancel every attempt

@@ -67,6 +67,17 @@ template <class T> struct hedge_outcome {
   std::exception_ptr exception;
 };
 
+/// `to = std::move(from)` for a value that may be move-constructible only.
+template <class V> void move_into(std::optional<V>& to, std::optional<V>& from) {
+  to.reset();
+  if (from)
+    to.emplace(std::move(*from));
+}
+
+/// Attempts that fail without suspending start the next one from inside the previous one's
+/// launch; after this many on one stack the next start is posted instead.
+inline constexpr unsigned max_inline_relaunch = 16;
+
 template <class Timer, class T, class Op, class Strand, class Handler, class Executor,
           class Deliver>
 class hedge_state final : public cancellation_registration,
@@ -76,14 +87,17 @@ class hedge_state final : public cancellation_registration,
   using timer_type = typename Timer::template rebind_executor<Strand>::other;
 
 public:
+  /// One attempt's share of the state. Slots are reused: one returns to `free_slots_` when its
+  /// co_spawn has completed (its frame and cancellation handler are gone), so the state holds
+  /// as many as attempts ran at once, not one per attempt.
   struct slot {
-    explicit slot(unsigned n) : number(n) {}
     asio::cancellation_signal signal; ///< bound to the attempt's co_spawn
     gate_grant<clock> grant;          ///< reports `on_abandoned` if the state dies first
     std::optional<timer_type> timer;  ///< its attempt timeout
-    unsigned number;
+    std::uint64_t use = 0;            ///< which attempt holds it: a late timer wait checks it
+    unsigned number = 0;
     hedge_cut cut = hedge_cut::none;
-    bool running = true;
+    bool running = false;
   };
 
   hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
@@ -190,7 +204,7 @@ public:
       return;
     }
     if (!out.error) {
-      result_.value = std::move(out.value);
+      move_into(result_.value, out.value);
       if (stats_) {
         stats_->winner = sl.number;
         stats_->last_error = {};
@@ -200,7 +214,7 @@ public:
     }
     last_error_ = out.error;
     if (out.error == errc::result_rejected) {
-      last_rejected_ = std::move(out.value);
+      move_into(last_rejected_, out.value);
       rejected_by_ = sl.number;
     }
     bool retryable = false;
@@ -215,9 +229,7 @@ public:
       finish();
       return;
     }
-    try_launch(out.error); // a retryable failure: the next attempt starts now
-    if (!finishing_ && in_flight_ == 0 && !pacing_)
-      stop_launching(launched_ >= policy_.max_attempts ? errc::attempts_exhausted : stop_reason_);
+    relaunch(out.error); // a retryable failure: the next attempt starts now
   }
 
   Op& op() noexcept { return op_; }
@@ -229,43 +241,81 @@ private:
     return !finishing_ && stop_reason_ == errc{} && launched_ < policy_.max_attempts;
   }
 
-  /// Starts the next attempt if one may start now; `trigger` is the failure that asks for it,
-  /// or empty. A hedge that is due while `max_in_flight` attempts run waits for a failure.
-  void try_launch(std::error_code trigger) {
-    if (!may_launch() || pacing_ || in_flight_ >= hedge_.max_in_flight)
+  /// After a retryable failure: the next attempt starts now, then the operation ends if none
+  /// runs and none may start. An attempt that fails without suspending calls this from inside
+  /// the previous attempt's launch, so past `max_inline_relaunch` nested calls the rest is posted:
+  /// the stack stays bounded, and timers (the deadline's too) get their turn in between.
+  void relaunch(std::error_code trigger) {
+    if (relaunch_depth_ >= max_inline_relaunch) {
+      relaunch_posted_ = true;
+      asio::post(strand_, [s = this->shared_from_this(), trigger] {
+        s->relaunch_posted_ = false;
+        s->relaunch(trigger);
+      });
       return;
-    const nanoseconds now = read_clock<clock>(true);
-    if (policy_.rate_limit && !have_token_) {
-      const verdict v = sched_->pace(now);
-      if (v.stop) {
-        stop_launching(errc::deadline_exceeded);
-        return;
-      }
-      have_token_ = true;
-      if (v.delay > nanoseconds::zero()) {
-        pacing_ = true;
-        pending_trigger_ = trigger;
-        arm_hedge_timer(v.delay);
-        return;
-      }
     }
-    launch(now, trigger);
+    ++relaunch_depth_;
+    try_launch(trigger);
+    --relaunch_depth_;
+    if (!finishing_ && in_flight_ == 0 && !pacing_ && !relaunch_posted_)
+      stop_launching(launched_ >= policy_.max_attempts ? errc::attempts_exhausted : stop_reason_);
   }
 
-  void launch(nanoseconds now, std::error_code trigger) {
+  /// Starts the next attempt if one may start now; `trigger` is the failure that asks for it,
+  /// or empty. A hedge that is due while `max_in_flight` attempts run waits for a failure. With
+  /// a zero delay, starts attempts in a loop up to `max_in_flight`.
+  void try_launch(std::error_code trigger) {
+    do {
+      if (!may_launch() || pacing_ || in_flight_ >= hedge_.max_in_flight)
+        return;
+      const nanoseconds now = read_clock<clock>(true);
+      if (policy_.rate_limit && !have_token_) {
+        const verdict v = sched_->pace(now);
+        if (v.stop) {
+          stop_launching(errc::deadline_exceeded);
+          return;
+        }
+        have_token_ = true;
+        if (v.delay > nanoseconds::zero()) {
+          pacing_ = true;
+          pending_trigger_ = trigger;
+          arm_hedge_timer(v.delay);
+          return;
+        }
+      }
+      if (!launch(now, std::exchange(trigger, {})))
+        return;
+    } while (hedge_.delay == nanoseconds::zero());
+  }
+
+  slot& take_slot() {
+    if (free_slots_.empty()) {
+      slots_.push_back(std::make_unique<slot>());
+      free_slots_.push_back(slots_.back().get());
+    }
+    slot& sl = *free_slots_.back();
+    free_slots_.pop_back();
+    ++sl.use;
+    sl.number = launched_;
+    sl.cut = hedge_cut::none;
+    sl.running = true;
+    return sl;
+  }
+
+  /// Starts one attempt; false when the policy refused it (the operation may be over then).
+  bool launch(nanoseconds now, std::error_code trigger) {
     have_token_ = false;
     if (launched_ > 0 && policy_.budget && !policy_.budget->try_retry(now)) {
       stop_launching(errc::budget_exhausted);
-      return;
+      return false;
     }
     if (const std::error_code why = sched_->begin_attempt(now)) {
       stop_launching(static_cast<errc>(why.value()));
-      return;
+      return false;
     }
     ++launched_;
     ++in_flight_;
-    slots_.push_back(std::make_unique<slot>(launched_));
-    slot& sl = *slots_.back();
+    slot& sl = take_slot();
     sl.grant.gate = policy_.breaker.get();
     if (stats_) {
       stats_->attempts = launched_;
@@ -282,25 +332,33 @@ private:
           sl.grant.gate->on_abandoned(now);
         sl.grant.gate = nullptr;
         --in_flight_;
+        free_slots_.push_back(&sl); // never spawned
         finish_thrown(std::current_exception());
-        return;
+        return false;
       }
     }
     if (policy_.attempt_timeout != unlimited) {
-      sl.timer.emplace(strand_);
+      if (!sl.timer)
+        sl.timer.emplace(strand_);
       sl.timer->expires_after(
           std::chrono::ceil<typename timer_type::duration>(policy_.attempt_timeout));
-      sl.timer->async_wait([s = this->shared_from_this(), p = &sl](std::error_code ec) {
-        if (!ec && p->running && p->cut == hedge_cut::none)
-          s->cut_one(*p, hedge_cut::timeout);
-      });
+      sl.timer->async_wait(
+          [s = this->shared_from_this(), p = &sl, use = sl.use](std::error_code ec) {
+            if (!ec && p->use == use && p->running && p->cut == hedge_cut::none)
+              s->cut_one(*p, hedge_cut::timeout);
+          });
     }
-    asio::co_spawn(strand_, run_attempt(this->shared_from_this(), &sl),
-                   asio::bind_cancellation_slot(sl.signal.slot(), [](std::exception_ptr) {}));
-    if (hedge_.delay == nanoseconds::zero())
-      try_launch({}); // all at once, up to max_in_flight (each start is posted: no recursion)
-    else if (hedge_.delay != unlimited && launched_ < policy_.max_attempts)
+    // Armed before the attempt runs: one that ends at once, inline, cancels it on completion.
+    if (hedge_.delay != nanoseconds::zero() && hedge_.delay != unlimited &&
+        launched_ < policy_.max_attempts)
       arm_hedge_timer(hedge_.delay);
+    // co_spawn dispatches: the attempt runs here until it first suspends, and may end here.
+    asio::co_spawn(strand_, run_attempt(this->shared_from_this(), &sl),
+                   asio::bind_cancellation_slot(sl.signal.slot(), [s = this->shared_from_this(),
+                                                                   p = &sl](std::exception_ptr) {
+                     s->free_slots_.push_back(p);
+                   }));
+    return true;
   }
 
   static asio::awaitable<void> run_attempt(self_ptr s, slot* sl) {
@@ -345,9 +403,11 @@ private:
       return;
     if (pacing_) { // the send token is due: send
       pacing_ = false;
-      if (may_launch() && in_flight_ < hedge_.max_in_flight)
-        launch(read_clock<clock>(true), std::exchange(pending_trigger_, {}));
-      if (!finishing_ && in_flight_ == 0)
+      if (may_launch() && in_flight_ < hedge_.max_in_flight &&
+          launch(read_clock<clock>(true), std::exchange(pending_trigger_, {})) &&
+          hedge_.delay == nanoseconds::zero())
+        try_launch({});
+      if (!finishing_ && in_flight_ == 0 && !pacing_ && !relaunch_posted_)
         stop_launching(launched_ >= policy_.max_attempts ? errc::attempts_exhausted : stop_reason_);
       return;
     }
@@ -367,13 +427,13 @@ private:
   void stop_launching(errc why) {
     if (stop_reason_ == errc{})
       stop_reason_ = why;
-    if (finishing_ || in_flight_ > 0 || pacing_)
+    if (finishing_ || in_flight_ > 0 || pacing_ || relaunch_posted_)
       return;
     const verdict v =
         sched_->stop(stop_reason_ == errc{} ? errc::attempts_exhausted : stop_reason_, last_error_);
     fail(v.stop, v.report);
     if (!v.report) { // gave up on rejected results: the last one is returned
-      result_.value = std::move(last_rejected_);
+      move_into(result_.value, last_rejected_);
       if (stats_)
         stats_->winner = rejected_by_;
     }
@@ -477,7 +537,8 @@ private:
   std::optional<schedule> sched_; ///< refers to `policy_`
   timer_type hedge_timer_;        ///< the next hedge, or the send token of a paced one
   std::optional<timer_type> deadline_timer_;
-  std::vector<std::unique_ptr<slot>> slots_; ///< every attempt started; never shrinks
+  std::vector<std::unique_ptr<slot>> slots_; ///< as many as ever ran at once
+  std::vector<slot*> free_slots_;            ///< of `slots_`, those no attempt holds
   loop_result<T> result_;
   std::optional<stored_t<T>> last_rejected_; ///< the last result `retry_if_result` rejected
   std::error_code last_error_;
@@ -487,6 +548,7 @@ private:
   unsigned in_flight_ = 0;
   unsigned rejected_by_ = 0;
   unsigned hedge_generation_ = 0;
+  unsigned relaunch_depth_ = 0;
   errc stop_reason_{};
   bool started_ = false;
   bool cancel_requested_ = false;
@@ -494,6 +556,7 @@ private:
   bool completed_ = false;
   bool pacing_ = false;
   bool have_token_ = false;
+  bool relaunch_posted_ = false; ///< a relaunch() is on its way through the strand's queue
 };
 
 template <class Timer, class T, class Deliver> struct initiate_hedge {

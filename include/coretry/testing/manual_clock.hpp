@@ -13,6 +13,12 @@
 ///
 /// The clock is process-wide (its `now()` is static, as a `Timer::clock_type` must be) and meant
 /// for one test thread at a time: call `manual_clock::reset()` at the start of each test.
+///
+/// A test may end with operations asleep on a `manual_timer`: each wait belongs to its timer's
+/// execution context (through a service of that context), and when the context is shut down
+/// its waits leave the queue and their handlers are destroyed there, uncalled, as Asio does with
+/// its own timers' waits. So `reset()` and `advance()` never touch a context that is gone, and
+/// neither does process exit (the queue itself is never destroyed).
 
 #include <coretry/config.hpp>
 
@@ -21,14 +27,21 @@
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/error.hpp>
+#include <asio/execution/context_as.hpp>
+#include <asio/execution/executor.hpp>
+#include <asio/execution_context.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/query.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <map>
 #include <memory>
 #include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace coretry::testing {
 
@@ -69,6 +82,7 @@ public:
     virtual void complete(std::error_code ec, bool from_slot = false) = 0;
     /// The timer that made the wait (`cancel_owner`).
     const void* owner = nullptr;
+    const void* context = nullptr; ///< the execution context the wait belongs to
   };
   /// Pending waits by due time.
   using queue_type = std::multimap<time_point, std::shared_ptr<waiter>>;
@@ -81,17 +95,37 @@ public:
   static bool remove(const waiter* w);
   /// Completes every wait owned by `owner` with operation_aborted; returns how many.
   static std::size_t cancel_owner(const void* owner);
+  /// Drops every wait that belongs to `context`, destroying its handler uncalled; returns how
+  /// many. Called when that context shuts down.
+  static std::size_t drop_context(const void* context);
 
 private:
   struct clock_state {
     time_point now{};
     queue_type queue;
   };
+  // Never destroyed: at process exit a wait may still belong to a context that outlives it.
   static clock_state& state() noexcept {
-    static clock_state s;
+    static clock_state& s = *new clock_state;
     return s;
   }
   static void fire_due();
+};
+
+/// Ties manual waits to their execution context: when the context shuts down (before the
+/// services registered earlier, its scheduler among them), the waits that belong to it leave the
+/// clock's queue and are destroyed uncalled. Registered by a timer's first wait on a context.
+class manual_clock_service final : public asio::execution_context::service {
+public:
+  /// The service's key in its execution context.
+  static inline asio::execution_context::id id;
+  /// Made by `asio::use_service`.
+  explicit manual_clock_service(asio::execution_context& ctx) : service(ctx) {}
+  /// Drops any wait registered after the shutdown too.
+  ~manual_clock_service() override { manual_clock::drop_context(&context()); }
+
+private:
+  void shutdown() override { manual_clock::drop_context(&context()); }
 };
 
 inline void manual_clock::fire_due() {
@@ -124,8 +158,28 @@ inline bool manual_clock::advance_to_next() {
 
 inline void manual_clock::reset() {
   auto& s = state();
-  s.queue.clear();
+  // Emptied first, destroyed after: destroying a handler destroys its frame, whose own timers
+  // then cancel their waits in the queue.
+  queue_type dropped;
+  dropped.swap(s.queue);
+  dropped.clear();
   s.now = time_point{};
+}
+
+inline std::size_t manual_clock::drop_context(const void* context) {
+  auto& q = state().queue;
+  std::vector<std::shared_ptr<waiter>> dropped;
+  for (auto it = q.begin(); it != q.end();) {
+    if (it->second->context == context) {
+      dropped.push_back(std::move(it->second));
+      it = q.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const std::size_t n = dropped.size();
+  dropped.clear(); // outside the queue: see reset()
+  return n;
 }
 
 inline bool manual_clock::remove(const waiter* w) {
@@ -215,10 +269,20 @@ private:
     Executor executor;
   };
 
+  static asio::execution_context& context_of(const Executor& ex) {
+    if constexpr (asio::execution::is_executor<Executor>::value)
+      return asio::query(ex, asio::execution::context_as<asio::execution_context&>);
+    else
+      return ex.context();
+  }
+
   template <class Handler> void start(Handler handler) {
     auto slot = asio::get_associated_cancellation_slot(handler);
+    asio::execution_context& ctx = context_of(executor_);
+    asio::use_service<manual_clock_service>(ctx);
     auto op = std::make_shared<wait_op<Handler>>(std::move(handler), executor_);
     op->owner = this;
+    op->context = &ctx;
     manual_clock::enqueue(expiry_, op);
     if (slot.is_connected()) {
       slot.assign([w = std::weak_ptr<manual_clock::waiter>(op)](asio::cancellation_type) {
