@@ -128,7 +128,8 @@ private:
   /// newest bucket `prev` is so far back that 32-bit ages may have wrapped.
   void sweep(std::int64_t k, std::int64_t prev) const noexcept {
     constexpr std::int64_t wrap = std::int64_t{1} << 31;
-    const bool all = prev == none_ || sub_sat(k, prev) >= wrap - static_cast<std::int64_t>(buckets_);
+    const bool all =
+        prev == none_ || sub_sat(k, prev) >= wrap - static_cast<std::int64_t>(buckets_);
     const std::uint32_t tag = static_cast<std::uint32_t>(k);
     for (unsigned i = 0; i < buckets_; ++i) {
       std::uint64_t w = slots_[i].load(std::memory_order_acquire);

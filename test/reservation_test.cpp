@@ -104,12 +104,12 @@ TEST_CASE("waiters cancelled while they wait for a send token hand it back") {
   std::vector<asio::cancellation_signal> signals(99);
   int aborted = 0;
   for (auto& s : signals)
-    coretry::async_retry<manual_timer>(io.get_executor(), op, p,
-                                       asio::bind_cancellation_slot(s.slot(),
-                                                                    [&](std::error_code ec, int) {
-                                                                      if (ec)
-                                                                        ++aborted;
-                                                                    }));
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), op, p,
+        asio::bind_cancellation_slot(s.slot(), [&](std::error_code ec, int) {
+          if (ec)
+            ++aborted;
+        }));
   io.poll();
   manual_clock::advance(100ms);
   io.restart();
@@ -140,7 +140,8 @@ TEST_CASE("an attempt cut by the deadline is a failure for the breaker, whatever
   p.retry_if = [](const std::error_code& ec) { return ec == refused; }; // not the deadline
   outcome r;
   coretry::async_retry<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, [&](std::error_code ec, int) {
+      io.get_executor(), [&] { return op(); }, p,
+      [&](std::error_code ec, int) {
         ++r.completions;
         r.error = ec;
       });
@@ -155,14 +156,14 @@ TEST_CASE("a deadline after rejected results fails with deadline_exceeded, not t
   manual_clock::reset();
   asio::io_context io;
   scripted_op op{{succeed(5)}};
-  retry_policy p = retry_policy{.max_attempts = 10,
-                                .deadline = 250ms,
-                                .backoff = coretry::backoff::fixed(100ms)}
-                       .retry_if_result<int>([](int v) { return v == 5; });
+  retry_policy p =
+      retry_policy{.max_attempts = 10, .deadline = 250ms, .backoff = coretry::backoff::fixed(100ms)}
+          .retry_if_result<int>([](int v) { return v == 5; });
   outcome r;
   coretry::retry_stats stats;
   coretry::async_retry<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, stats, [&](std::error_code ec, int v) {
+      io.get_executor(), [&] { return op(); }, p, stats,
+      [&](std::error_code ec, int v) {
         ++r.completions;
         r.error = ec;
         r.value = v;
@@ -206,7 +207,8 @@ TEST_CASE("a retry the breaker refuses spends nothing of the budget") {
     coretry::retry_stats stats;
     outcome r;
     coretry::async_retry<manual_timer>(
-        io.get_executor(), [&] { return op(); }, p, stats, [&](std::error_code ec, int) {
+        io.get_executor(), [&] { return op(); }, p, stats,
+        [&](std::error_code ec, int) {
           ++r.completions;
           r.error = ec;
         });
@@ -253,7 +255,8 @@ TEST_CASE("the deadline counts from the call, not from when the loop first runs"
   retry_policy p{.max_attempts = 10, .deadline = 200ms, .backoff = coretry::backoff::fixed(100ms)};
   outcome r;
   coretry::async_retry<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, [&](std::error_code ec, int) {
+      io.get_executor(), [&] { return op(); }, p,
+      [&](std::error_code ec, int) {
         ++r.completions;
         r.error = ec;
       });

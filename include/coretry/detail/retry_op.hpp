@@ -383,9 +383,8 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
     }
     // The loop's frame owns the state (see retry_completion).
     state_type* control = state.get();
-    auto loop =
-        retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, std::move(origin),
-                                    std::move(state));
+    auto loop = retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats,
+                                            std::move(origin), std::move(state));
     asio::co_spawn(strand, std::move(loop),
                    retry_completion<T, handler_type, state_type, Executor, Deliver>(
                        std::forward<Handler>(handler), control, ex));

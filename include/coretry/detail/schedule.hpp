@@ -88,8 +88,8 @@ public:
   /// `now` reads the loop's clock for a reservation settled by its destructor (null: the time
   /// it was made). A seeded policy's stream is drawn here unless `origin` brings it.
   schedule(const retry_policy& p, op_origin origin, now_fn now = nullptr) noexcept
-      : p_(p), deadline_(deadline_after(origin.start, p.deadline)),
-        previous_(p.backoff.initial()), now_(now), rng_(std::move(origin.rng)) {
+      : p_(p), deadline_(deadline_after(origin.start, p.deadline)), previous_(p.backoff.initial()),
+        now_(now), rng_(std::move(origin.rng)) {
     if (!rng_ && p_.seed.has_value())
       rng_.emplace(p_.seed.next_stream());
   }
