@@ -20,6 +20,7 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -265,4 +266,27 @@ TEST_CASE("the deadline counts from the call, not from when the loop first runs"
   CHECK(r.error == coretry::errc::deadline_exceeded);
   CHECK(op.started == std::vector<manual_clock::duration>{150ms}); // 250 ms is past the deadline
   CHECK(manual_clock::elapsed() == 150ms);
+}
+
+TEST_CASE("a sending rate that refuses a token ends the operation with rate_limited") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto rate = std::make_shared<coretry::adaptive_rate_limiter>(coretry::adaptive_rate_options{
+      .burst = 100ms, .initial_rate = 1, .max_wait = 1500ms}); // 1 s a token
+  retry_policy p{.max_attempts = 1};
+  p.rate_limit = rate;
+  std::vector<std::error_code> errors;
+  std::vector<manual_clock::duration> sent;
+  auto op = [&]() -> asio::awaitable<int> {
+    sent.push_back(manual_clock::elapsed());
+    co_return 1;
+  };
+  for (int i = 0; i < 3; ++i)
+    coretry::async_retry<manual_timer>(io.get_executor(), op, p,
+                                       [&](std::error_code ec, int) { errors.push_back(ec); });
+  drive(io, [&] { return errors.size() == 3; });
+  // 0 s and 1 s are handed out; 2 s is past max_wait: refused at once, nothing reserved.
+  CHECK(sent == std::vector<manual_clock::duration>{0s, 1s});
+  CHECK(std::count(errors.begin(), errors.end(), coretry::errc::rate_limited) == 1);
+  CHECK(rate->refused() == 1);
 }
