@@ -91,6 +91,10 @@ bool ratio_budget::try_retry(std::chrono::nanoseconds now) noexcept {
   return false;
 }
 
+void ratio_budget::refund(std::chrono::nanoseconds granted_at) noexcept {
+  retries_->undo(retries_->bucket(granted_at));
+}
+
 std::uint64_t ratio_budget::requests(std::chrono::nanoseconds now) const noexcept {
   return requests_->sum(now);
 }

@@ -28,6 +28,8 @@ public:
       return "the server asked to retry later than the policy's max_retry_after";
     case errc::retry_after_past_deadline:
       return "the server asked to retry after the retry deadline";
+    case errc::rate_limited:
+      return "the sending rate refused a send token: the wait would be too long";
     }
     return "unknown coretry error " + std::to_string(value);
   }

@@ -12,6 +12,7 @@ namespace coretry {
 namespace {
 
 using detail::add_sat;
+using detail::ns_sat;
 using detail::sub_sat;
 using std::chrono::nanoseconds;
 
@@ -56,27 +57,60 @@ adaptive_rate_limiter::adaptive_rate_limiter(adaptive_rate_options options)
     reject("burst (ns)", static_cast<double>(o.burst.count()), "must be positive");
   if (!(o.initial_rate >= 0 && o.initial_rate <= 1e9))
     reject("initial_rate", o.initial_rate, "must be in [0, 1e9]");
+  if (o.max_wait <= nanoseconds::zero())
+    reject("max_wait (ns)", static_cast<double>(o.max_wait.count()), "must be positive");
   if (o.initial_rate > 0)
     rate_.store(std::max(o.initial_rate, o.min_rate), std::memory_order_relaxed);
 }
 
+// Nanoseconds between tokens at `rate`, saturating: a rate below ~1e-10/s needs more than
+// int64 nanoseconds, and must not wrap to a tiny interval.
+std::int64_t adaptive_rate_limiter::interval_ns(double rate) const noexcept {
+  return std::max<std::int64_t>(1, ns_sat(ns_per_s / rate).count());
+}
+
 nanoseconds adaptive_rate_limiter::acquire(nanoseconds now) noexcept {
-  acquired_.fetch_add(1, std::memory_order_relaxed);
   const double r = rate_.load(std::memory_order_acquire);
-  if (r == unlimited_rate())
+  if (r == unlimited_rate()) {
+    acquired_.fetch_add(1, std::memory_order_relaxed);
     return nanoseconds::zero();
+  }
   // Virtual scheduling: the bucket holds (now - bucket_) / interval tokens, at most `cap` worth.
-  const std::int64_t interval =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(ns_per_s / r)));
+  const std::int64_t interval = interval_ns(r);
   const std::int64_t cap = std::max(interval, options_.burst.count());
   const std::int64_t t = now.count();
   std::int64_t b = bucket_.load(std::memory_order_relaxed);
   std::int64_t next = 0;
   do {
     next = add_sat(std::max(b, sub_sat(t, cap)), interval);
+    // This caller's token is due at `next`.
+    if (sub_sat(next, t) > options_.max_wait.count()) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return send_rate::refused;
+    }
   } while (!bucket_.compare_exchange_weak(b, next, std::memory_order_acq_rel,
                                           std::memory_order_relaxed));
+  acquired_.fetch_add(1, std::memory_order_relaxed);
   return nanoseconds(std::max<std::int64_t>(0, sub_sat(next, t)));
+}
+
+void adaptive_rate_limiter::release(nanoseconds now) noexcept {
+  released_.fetch_add(1, std::memory_order_relaxed);
+  const double r = rate_.load(std::memory_order_acquire);
+  if (r == unlimited_rate())
+    return;
+  // Moves the bucket back by one interval at today's rate (the token's own may have been
+  // another), never below where `acquire` would put it anyway.
+  const std::int64_t interval = interval_ns(r);
+  const std::int64_t floor = sub_sat(now.count(), std::max(interval, options_.burst.count()));
+  std::int64_t b = bucket_.load(std::memory_order_relaxed);
+  std::int64_t next = 0;
+  do {
+    next = std::max(sub_sat(b, interval), floor);
+    if (next >= b)
+      return;
+  } while (!bucket_.compare_exchange_weak(b, next, std::memory_order_acq_rel,
+                                          std::memory_order_relaxed));
 }
 
 void adaptive_rate_limiter::on_throttle(nanoseconds now) noexcept {

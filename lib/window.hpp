@@ -8,11 +8,20 @@
 // and no count from an expired bucket can leak into a new one. The window at `now` is the
 // `buckets` newest buckets up to now's, so an event stays counted for between
 // (buckets - 1) * width and buckets * width.
+//
+// 32 bits of tag wrap (after 2^32 buckets: 50 days of 1 ms buckets), so a slot left alone that
+// long would read as current. Hence `latest_`, the full index of the newest bucket seen: the
+// caller that moves it on sweeps every slot more than two windows old (every slot, after a
+// silence of 2^31 buckets or more). Between sweeps no slot is more than three windows older
+// than `latest_`, and its 32-bit age is exact.
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
+
+#include "saturate.hpp"
 
 namespace coretry::detail {
 
@@ -35,6 +44,7 @@ public:
   /// what its slot already holds (a caller whose clock reading is a full window late) is dropped.
   std::int64_t add(std::chrono::nanoseconds now) noexcept {
     const std::int64_t k = bucket(now);
+    advance(k);
     auto& slot = slots_[index(k)];
     const std::uint32_t tag = static_cast<std::uint32_t>(k);
     std::uint64_t w = slot.load(std::memory_order_relaxed);
@@ -68,7 +78,9 @@ public:
 
   /// Events in the window ending at `now`.
   std::uint64_t sum(std::chrono::nanoseconds now) const noexcept {
-    const std::uint32_t tag = static_cast<std::uint32_t>(bucket(now));
+    const std::int64_t k = bucket(now);
+    advance(k);
+    const std::uint32_t tag = static_cast<std::uint32_t>(k);
     std::uint64_t total = 0;
     for (unsigned i = 0; i < buckets_; ++i) {
       const std::uint64_t w = slots_[i].load(std::memory_order_acquire);
@@ -99,6 +111,39 @@ private:
     return static_cast<std::uint32_t>(w >> 32);
   }
   static std::uint32_t count_of(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w); }
+
+  /// Moves `latest_` on to `k` if it is newer; the caller that does sweeps the slots.
+  void advance(std::int64_t k) const noexcept {
+    std::int64_t last = latest_.load(std::memory_order_acquire);
+    while (k > last) {
+      if (latest_.compare_exchange_weak(last, k, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        sweep(k, last);
+        return;
+      }
+    }
+  }
+
+  /// Empties every slot more than two windows older than bucket `k`; all of them when the previous
+  /// newest bucket `prev` is so far back that 32-bit ages may have wrapped.
+  void sweep(std::int64_t k, std::int64_t prev) const noexcept {
+    constexpr std::int64_t wrap = std::int64_t{1} << 31;
+    const bool all =
+        prev == none_ || sub_sat(k, prev) >= wrap - static_cast<std::int64_t>(buckets_);
+    const std::uint32_t tag = static_cast<std::uint32_t>(k);
+    for (unsigned i = 0; i < buckets_; ++i) {
+      std::uint64_t w = slots_[i].load(std::memory_order_acquire);
+      if (w == empty_)
+        continue;
+      const std::int32_t age = static_cast<std::int32_t>(tag - tag_of(w));
+      // Two windows, not one: a caller whose clock reads a little late still sees its window.
+      if (all || age >= 2 * static_cast<std::int32_t>(buckets_)) // a newer one (age < 0) stays
+        slots_[i].compare_exchange_strong(w, empty_, std::memory_order_acq_rel,
+                                          std::memory_order_relaxed);
+    }
+  }
+
+  static constexpr std::int64_t none_ = std::numeric_limits<std::int64_t>::min();
   std::size_t index(std::int64_t k) const noexcept {
     const std::int64_t n = buckets_;
     return static_cast<std::size_t>(((k % n) + n) % n);
@@ -107,6 +152,7 @@ private:
   std::int64_t width_;
   unsigned buckets_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> slots_;
+  mutable std::atomic<std::int64_t> latest_{none_}; ///< the newest bucket seen
 };
 
 } // namespace coretry::detail

@@ -198,3 +198,28 @@ TEST_CASE("two threads sharing one ratio budget never exceed its share") {
   CHECK(b.retries(1s) == static_cast<std::uint64_t>(granted.load()));
   CHECK(b.granted() + b.refused() == 4000);
 }
+
+TEST_CASE("a window left alone for 2^31 or 2^32 buckets does not read its old counts as new") {
+  for (const std::int64_t idle : {std::int64_t{1} << 31, std::int64_t{1} << 32}) {
+    // 1 ms buckets: 25 and 50 days of uptime.
+    ratio_budget b({.ratio = 1, .min_retries_per_second = 0, .window = 10ms, .buckets = 10});
+    for (int i = 0; i < 5; ++i)
+      b.on_request(0ms);
+    CHECK(b.requests(0ms) == 5);
+    const auto later = std::chrono::milliseconds(idle);
+    CHECK(b.requests(later) == 0);
+    CHECK_FALSE(b.try_retry(later)); // no request in this window: no retry
+    b.on_request(later);             // a new event in the slot is counted, not dropped
+    CHECK(b.requests(later) == 1);
+  }
+}
+
+TEST_CASE("a retry granted and not sent is refunded to the ratio budget") {
+  ratio_budget b({.ratio = 0, .min_retries_per_second = 0.2, .window = 10s}); // 2 per window
+  CHECK(b.try_retry(1s));
+  CHECK(b.try_retry(1s));
+  CHECK_FALSE(b.try_retry(1s));
+  b.refund(1s);
+  CHECK(b.retries(1s) == 1);
+  CHECK(b.try_retry(2s));
+}

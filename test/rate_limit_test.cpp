@@ -179,9 +179,10 @@ TEST_CASE("times at the ends of the clock saturate the bucket instead of overflo
     CHECK(l.acquire(nanoseconds(far - 10)) >= 0ns);
   CHECK(l.acquire(nanoseconds(far - 10)) <= nanoseconds(10));
   adaptive_rate_limiter m({.burst = 1s, .initial_rate = 0.5});
-  const auto first = m.acquire(nanoseconds(early + 10)); // before the bucket's own dawn
-  CHECK(first >= 0ns);
-  CHECK(m.acquire(nanoseconds(early + 10)) > first);
+  // Before the bucket's own dawn the next token is ages away: refused, not a wrapped wait.
+  CHECK(m.acquire(nanoseconds(early + 10)) == coretry::send_rate::refused);
+  CHECK(m.acquire(nanoseconds(early + 10)) == coretry::send_rate::refused);
+  CHECK(m.acquired() == 0);
 }
 
 TEST_CASE("bad rate limiter options name the field and its value") {
@@ -217,10 +218,53 @@ TEST_CASE("two threads sharing one rate limiter keep every event and a sane rate
   for (auto& t : threads)
     t.join();
   CHECK(negative.load() == 0);
-  CHECK(l.acquired() == 40000);
+  CHECK(l.acquired() + l.refused() == 40000); // waits past max_wait are refused
   CHECK(l.throttles() + l.successes() == 40000);
   CHECK(l.throttles() == 800);
   CHECK(l.rate() >= 0.5);
   CHECK(std::isfinite(l.rate()));
   CHECK(l.measured_rate() > 0);
+}
+
+TEST_CASE("a min_rate far below one a second does not overflow to a 1 ns interval") {
+  adaptive_rate_limiter l({.min_rate = 1e-12, .burst = 1s, .initial_rate = 1e-12});
+  (void)l.acquire(0s);
+  const auto second = l.acquire(0s);
+  CHECK(second >= 1s); // refused, or a long wait: anything but "now"
+  int at_once = 0;
+  for (int i = 0; i < 1000; ++i)
+    at_once += l.acquire(0s) == 0ns;
+  CHECK(at_once == 0);
+}
+
+TEST_CASE("at its floor rate the limiter refuses waits longer than max_wait") {
+  adaptive_rate_limiter l({.burst = 100ms, .initial_rate = 1, .max_wait = 3s}); // 1 s a token
+  CHECK(l.acquire(0s) == 0ns);
+  CHECK(l.acquire(0s) == 1s);
+  CHECK(l.acquire(0s) == 2s);
+  CHECK(l.acquire(0s) == 3s);
+  CHECK(l.acquire(0s) == coretry::send_rate::refused); // 4 s: nothing reserved
+  CHECK(l.refused() == 1);
+  CHECK(l.acquire(1s) == 3s); // the bucket moved on by one token, not by the refused one
+}
+
+TEST_CASE("a token handed back shortens the next caller's wait by one interval") {
+  adaptive_rate_limiter l({.burst = 100ms, .initial_rate = 10}); // 100 ms a token
+  CHECK(l.acquire(0s) == 0ns);
+  CHECK(l.acquire(0s) == 100ms);
+  CHECK(l.acquire(0s) == 200ms);
+  l.release(0s);
+  l.release(0s);
+  CHECK(l.acquire(0s) == 100ms);
+  CHECK(l.released() == 2);
+  // Never back past what a full bucket holds.
+  for (int i = 0; i < 10; ++i)
+    l.release(0s);
+  CHECK(l.acquire(0s) == 0ns);
+  CHECK(l.acquire(0s) == 100ms);
+}
+
+TEST_CASE("max_wait must be positive") {
+  CHECK_THROWS_WITH_AS(adaptive_rate_limiter({.max_wait = 0s}),
+                       doctest::Contains("max_wait (ns) = 0"), std::invalid_argument);
 }

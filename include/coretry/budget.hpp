@@ -20,7 +20,9 @@ class window_counter;
 ///
 /// The loop calls `on_request()` once per operation, `on_success()` / `on_failure()` once per
 /// attempt outcome, and `try_retry()` before each retry; a `false` there ends the operation with
-/// `errc::budget_exhausted` in `retry_stats::reason`.
+/// `errc::budget_exhausted` in `retry_stats::reason`. A retry granted and then not sent (the
+/// breaker refused it, the deadline or a cancellation stopped the operation first) is handed
+/// back with `refund(granted_at)`, exactly once, so that it spends nothing.
 class CORETRY_API retry_budget {
 public:
   virtual ~retry_budget() = default;
@@ -33,6 +35,9 @@ public:
   virtual void on_failure(std::chrono::nanoseconds /*now*/) noexcept {}
   /// Before each retry: whether it may be sent.
   virtual bool try_retry(std::chrono::nanoseconds now) noexcept = 0;
+  /// Takes back a retry `try_retry(granted_at)` granted that was not sent. The default does
+  /// nothing.
+  virtual void refund(std::chrono::nanoseconds /*granted_at*/) noexcept {}
 };
 
 /// gRPC's retry throttling: a bucket of `max_tokens` tokens, full at the start. Each failed attempt
@@ -107,6 +112,8 @@ public:
 
   void on_request(std::chrono::nanoseconds now) noexcept override;
   bool try_retry(std::chrono::nanoseconds now) noexcept override;
+  /// Uncounts the retry granted at `granted_at`, if its bucket is still in the window.
+  void refund(std::chrono::nanoseconds granted_at) noexcept override;
 
   /// The options it was built with.
   const ratio_budget_options& options() const noexcept { return options_; }

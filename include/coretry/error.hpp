@@ -42,6 +42,10 @@ enum class errc {
   /// stops at once instead of sleeping until the deadline. Reported like `retry_after_too_long`
   /// (see `final_error`), not as `deadline_exceeded`: the deadline has not passed.
   retry_after_past_deadline,
+  /// The sending rate (`retry_policy::rate_limit`) refused to reserve a send token: the wait
+  /// for one would be longer than it is willing to hold a reservation
+  /// (`adaptive_rate_options::max_wait`). Nothing was sent for that attempt.
+  rate_limited,
 };
 
 /// The category of `coretry::errc`; its name is "coretry".

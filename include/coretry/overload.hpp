@@ -39,12 +39,23 @@ public:
 /// waits on its timer, holding no thread and no socket, and gives up with
 /// `errc::deadline_exceeded` rather than wait past the deadline. After the attempt it calls
 /// `on_throttle` when the attempt was throttled or timed out (see
-/// `retry_policy::throttle_if`), else `on_success`; nothing for a cancelled attempt.
+/// `retry_policy::throttle_if`, and an attempt cut by the deadline or the attempt timeout),
+/// else `on_success`; nothing for a cancelled attempt. A token the loop reserved and did not
+/// use (it gave up, was cancelled, or the breaker refused the attempt) is handed back with
+/// `release`, exactly once.
+///
+/// `acquire` may refuse to reserve anything by returning `send_rate::refused`: the operation
+/// then stops with `errc::rate_limited`, sending nothing.
 class CORETRY_API send_rate {
 public:
+  /// What `acquire` returns when it reserves nothing (the wait would be too long).
+  static constexpr std::chrono::nanoseconds refused = std::chrono::nanoseconds::max();
+
   virtual ~send_rate() = default;
   /// Reserves a send token; returns how long to wait before sending (zero: now).
   virtual std::chrono::nanoseconds acquire(std::chrono::nanoseconds now) noexcept = 0;
+  /// Hands back one token `acquire` reserved and nobody sent. The default does nothing.
+  virtual void release(std::chrono::nanoseconds /*now*/) noexcept {}
   /// The attempt was throttled or timed out (`retry_policy::throttle_if`).
   virtual void on_throttle(std::chrono::nanoseconds now) noexcept = 0;
   /// The attempt ended otherwise, cancellation excepted.

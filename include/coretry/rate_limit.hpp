@@ -32,6 +32,11 @@ struct adaptive_rate_options {
   /// The rate before the first throttle; 0 (the default): unlimited until then, as in the AWS
   /// SDKs. In [0, 1e9].
   double initial_rate = 0;
+  /// The longest wait `acquire` hands out: when the next free token is further away than this,
+  /// it reserves nothing and refuses (`send_rate::refused`; the operation stops with
+  /// `errc::rate_limited`), so that a limiter at its floor rate never holds reservations for
+  /// minutes. Positive.
+  std::chrono::nanoseconds max_wait = std::chrono::seconds(10);
 };
 
 /// A token bucket whose fill rate follows TCP CUBIC. Shared through `std::shared_ptr` by the
@@ -40,7 +45,9 @@ struct adaptive_rate_options {
 ///
 /// - `acquire(now)` takes a token and returns how long the caller must wait before sending
 ///   (zero: now). The token is reserved: a caller told to wait 40 ms sends in 40 ms without
-///   asking again.
+///   asking again. A wait longer than `max_wait` is refused instead (nothing is reserved).
+/// - `release(now)` hands back a token reserved and not sent (the caller gave up or was
+///   cancelled): the next caller waits one interval (at the current rate) less.
 /// - `on_throttle(now)` (the attempt was throttled or timed out): with `r` the measured response
 ///   rate (or the current rate, if lower), the rate drops to `max(min_rate, beta * r)`, the
 ///   bucket's saved tokens are dropped, and `r` becomes the top of the next cubic climb.
@@ -64,6 +71,7 @@ public:
   explicit adaptive_rate_limiter(adaptive_rate_options options = {});
 
   std::chrono::nanoseconds acquire(std::chrono::nanoseconds now) noexcept override;
+  void release(std::chrono::nanoseconds now) noexcept override;
   void on_throttle(std::chrono::nanoseconds now) noexcept override;
   void on_success(std::chrono::nanoseconds now) noexcept override;
 
@@ -75,6 +83,9 @@ public:
   bool limiting() const noexcept { return rate() != unlimited_rate(); }
   /// Tokens handed out, throttles and successes reported since construction.
   std::uint64_t acquired() const noexcept { return acquired_.load(std::memory_order_relaxed); }
+  /// Tokens handed back (`release`) and waits refused (longer than `max_wait`).
+  std::uint64_t released() const noexcept { return released_.load(std::memory_order_relaxed); }
+  std::uint64_t refused() const noexcept { return refused_.load(std::memory_order_relaxed); }
   /// Throttled attempts reported since construction.
   std::uint64_t throttles() const noexcept { return throttles_.load(std::memory_order_relaxed); }
   /// Other attempt outcomes reported since construction.
@@ -112,7 +123,11 @@ private:
   std::int64_t last_throttle_ = 0;
   double time_window_ = 0; ///< K, seconds
 
+  std::int64_t interval_ns(double rate) const noexcept;
+
   std::atomic<std::uint64_t> acquired_{0};
+  std::atomic<std::uint64_t> released_{0};
+  std::atomic<std::uint64_t> refused_{0};
   std::atomic<std::uint64_t> throttles_{0};
   std::atomic<std::uint64_t> successes_{0};
 };

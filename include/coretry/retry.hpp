@@ -95,10 +95,12 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionTok
   using value_type = detail::op_result_t<Op>;
   detail::check_policy(policy);
   detail::check_result_filter<value_type>(detail::policy_of(policy));
+  // Read at the call: the deadline counts from here, and a seeded stream follows call order.
+  auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), false);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
       std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)),
-      static_cast<retry_stats*>(nullptr));
+      static_cast<retry_stats*>(nullptr), std::move(origin));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
@@ -110,9 +112,11 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& 
   using value_type = detail::op_result_t<Op>;
   detail::check_policy(policy);
   detail::check_result_filter<value_type>(detail::policy_of(policy));
+  auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), true);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
-      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), &stats);
+      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), &stats,
+      std::move(origin));
 }
 
 } // namespace coretry

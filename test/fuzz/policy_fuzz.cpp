@@ -215,12 +215,19 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
     p.budget->on_request(start);
   // Stop the run, not the schedule, after this many attempts: max_attempts may be 2^32 - 1.
   const unsigned limit = std::min(p.max_attempts, 300u);
+  coretry::detail::retry_charge charge; // the budget's retry, until it is sent
   for (;;) {
+    coretry::detail::send_token token;
     if (p.rate_limit) {
-      const auto v = s.pace(now);
+      const auto v = s.pace(now, token);
+      if (v.stop == coretry::errc::rate_limited) {
+        check(!token, "a refused send token was reserved");
+        return;
+      }
       if (v.stop) {
         check(v.stop == coretry::errc::deadline_exceeded, "pacing stopped for another reason");
         check(s.has_deadline(), "pacing stopped without a deadline");
+        check(!token, "a send token kept after giving up");
         return;
       }
       check(v.delay >= nanoseconds::zero(), "negative pacing wait");
@@ -230,7 +237,8 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
         return; // no clock lives that long
       now += v.delay;
     }
-    if (const auto why = s.begin_attempt(now)) {
+    coretry::detail::gate_grant grant;
+    if (const auto why = s.begin_attempt(now, grant, charge)) {
       if (why == coretry::errc::circuit_open) {
         check(p.breaker != nullptr, "circuit_open without a breaker");
       } else {
@@ -239,6 +247,8 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
       }
       return;
     }
+    check(!charge, "a retry sent but not spent");
+    token.used();
     check(s.attempts() <= p.max_attempts, "more attempts than max_attempts");
     bool by_deadline = false;
     const nanoseconds run_limit = s.attempt_limit(now, by_deadline);
@@ -254,16 +264,19 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
                            ? std::error_code()
                            : (in.ConsumeBool() ? std::make_error_code(std::errc::connection_refused)
                                                : std::error_code(coretry::errc::attempt_timeout));
-    s.record(error, false, now); // the breaker and the sending rate hear how it went
-    if (succeeded) {
-      if (p.budget)
-        p.budget->on_success(now);
+    // One verdict, heard by the breaker, the sending rate and the budget.
+    std::exception_ptr thrown;
+    const auto verdict_of = s.classify(error, cut, false, thrown);
+    check(!thrown, "a default predicate threw");
+    check(!cut || verdict_of.kind == coretry::detail::attempt_kind::failure,
+          "a cut attempt that is not a failure");
+    s.report(verdict_of, grant, now);
+    check(!grant, "a breaker grant left unreported");
+    if (succeeded)
       return;
-    }
-    if (p.budget)
-      p.budget->on_failure(now);
-    coretry::detail::attempt_end end{error, cut, std::max(nanoseconds::zero(), any_duration(in))};
-    const auto v = s.after_failure(end, now);
+    coretry::detail::attempt_end end{error, cut, std::max(nanoseconds::zero(), any_duration(in)),
+                                     verdict_of.kind};
+    const auto v = s.after_failure(end, now, &charge);
     if (v.stop) {
       if (v.stop == coretry::errc::attempts_exhausted)
         check(s.attempts() == p.max_attempts, "exhausted before max_attempts");

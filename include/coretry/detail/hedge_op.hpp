@@ -8,9 +8,10 @@
 // it: each attempt's frame, each pending timer wait, the posted start. It completes once, when
 // its outcome is decided and no attempt runs any more, by posting the handler to its executor.
 //
-// Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the breaker
-// grant that reports even when its frame dies (`gate_grant`), the schedule's decisions
-// (`begin_attempt`, `pace`, `retryable`, `record`, `stop`; schedule.hpp), and the completion
+// Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the
+// reservations that settle once whatever happens (`gate_grant`, `send_token`, `retry_charge`;
+// reservation.hpp), the schedule's decisions and its one verdict per attempt (`begin_attempt`,
+// `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion
 // signatures, delivery and strand choice of retry_op.hpp.
 
 #include <coretry/attempt.hpp>
@@ -92,7 +93,7 @@ public:
   /// as many as attempts ran at once, not one per attempt.
   struct slot {
     asio::cancellation_signal signal; ///< bound to the attempt's co_spawn
-    gate_grant<clock> grant;          ///< reports `on_abandoned` if the state dies first
+    gate_grant grant;                 ///< reports `on_abandoned` if the state dies first
     std::optional<timer_type> timer;  ///< its attempt timeout
     std::uint64_t use = 0;            ///< which attempt holds it: a late timer wait checks it
     unsigned number = 0;
@@ -128,7 +129,7 @@ public:
   /// Posted by the initiation.
   void start() {
     start_ = read_clock<clock>(true);
-    sched_.emplace(policy_, start_);
+    sched_.emplace(policy_, op_origin{start_}, &clock_now<clock>);
     started_ = true;
     if (cancel_requested_ ||
         (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this))) {
@@ -172,26 +173,19 @@ public:
         out.exception = std::current_exception();
       }
     }
-    sl.grant.gate = nullptr; // record() reports to the breaker, even when it throws
-    if (policy_.breaker || policy_.rate_limit) {
-      try {
-        sched_->record(out.error, abandoned || out.exception, now);
-      } catch (...) {
-        if (!out.exception)
-          out.exception = std::current_exception();
-      }
-    }
+    // The one verdict on this attempt, for every listener and for the decision below.
+    std::exception_ptr thrown;
+    const attempt_class verdict_of =
+        sched_->classify(out.error, sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline,
+                         abandoned || out.exception, thrown);
+    if (thrown && !out.exception)
+      out.exception = std::move(thrown);
+    sched_->report(verdict_of, sl.grant, now);
     if (abandoned) {
       if (stats_)
         ++stats_->abandoned;
       maybe_complete();
       return;
-    }
-    if (!out.exception && policy_.budget) {
-      if (out.error)
-        policy_.budget->on_failure(now);
-      else
-        policy_.budget->on_success(now);
     }
     if (out.error && stats_)
       stats_->last_error = out.error;
@@ -217,14 +211,7 @@ public:
       move_into(last_rejected_, out.value);
       rejected_by_ = sl.number;
     }
-    bool retryable = false;
-    try {
-      retryable = sched_->retryable(out.error);
-    } catch (...) {
-      finish_thrown(std::current_exception());
-      return;
-    }
-    if (!retryable) {
+    if (verdict_of.kind != attempt_kind::failure) {
       fail(out.error, out.error);
       finish();
       return;
@@ -269,13 +256,12 @@ private:
       if (!may_launch() || pacing_ || in_flight_ >= hedge_.max_in_flight)
         return;
       const nanoseconds now = read_clock<clock>(true);
-      if (policy_.rate_limit && !have_token_) {
-        const verdict v = sched_->pace(now);
+      if (policy_.rate_limit && !token_) {
+        const verdict v = sched_->pace(now, token_);
         if (v.stop) {
-          stop_launching(errc::deadline_exceeded);
+          stop_launching(static_cast<errc>(v.stop.value()));
           return;
         }
-        have_token_ = true;
         if (v.delay > nanoseconds::zero()) {
           pacing_ = true;
           pending_trigger_ = trigger;
@@ -304,19 +290,26 @@ private:
 
   /// Starts one attempt; false when the policy refused it (the operation may be over then).
   bool launch(nanoseconds now, std::error_code trigger) {
-    have_token_ = false;
-    if (launched_ > 0 && policy_.budget && !policy_.budget->try_retry(now)) {
-      stop_launching(errc::budget_exhausted);
-      return false;
+    retry_charge charge; // a hedge or retry spends the budget only once it is sent
+    if (launched_ > 0 && policy_.budget) {
+      if (!policy_.budget->try_retry(now)) {
+        token_.returned();
+        stop_launching(errc::budget_exhausted);
+        return false;
+      }
+      charge = retry_charge(policy_.budget.get(), now);
     }
-    if (const std::error_code why = sched_->begin_attempt(now)) {
+    gate_grant grant;
+    if (const std::error_code why = sched_->begin_attempt(now, grant, charge)) {
+      token_.returned();
       stop_launching(static_cast<errc>(why.value()));
       return false;
     }
+    token_.used();
     ++launched_;
     ++in_flight_;
     slot& sl = take_slot();
-    sl.grant.gate = policy_.breaker.get();
+    sl.grant = std::move(grant);
     if (stats_) {
       stats_->attempts = launched_;
       stats_->peak_in_flight = std::max(stats_->peak_in_flight, in_flight_);
@@ -328,9 +321,7 @@ private:
         // Nothing was sent: the breaker's grant is given back, and the attempt never ran.
         sl.running = false;
         sl.cut = hedge_cut::lost;
-        if (sl.grant.gate)
-          sl.grant.gate->on_abandoned(now);
-        sl.grant.gate = nullptr;
+        sl.grant.report(attempt_kind::abandoned, now);
         --in_flight_;
         free_slots_.push_back(&sl); // never spawned
         finish_thrown(std::current_exception());
@@ -555,7 +546,7 @@ private:
   bool finishing_ = false;
   bool completed_ = false;
   bool pacing_ = false;
-  bool have_token_ = false;
+  send_token token_; ///< reserved from `rate_limit` for the next attempt
   bool relaunch_posted_ = false; ///< a relaunch() is on its way through the strand's queue
 };
 

@@ -9,6 +9,7 @@
 
 #include <coretry/attempt.hpp>
 #include <coretry/config.hpp>
+#include <coretry/detail/reservation.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
@@ -110,6 +111,8 @@ template <class T> struct loop_exit {
   static void fail(loop_result<T>& r, retry_stats* s, std::error_code reason,
                    std::error_code report) {
     r.error = report;
+    if (report)
+      r.value.reset(); // else: gave up on a rejected result, which is returned
     if (s)
       s->reason = reason;
   }
@@ -132,19 +135,18 @@ template <class Clock> nanoseconds read_clock(bool clocked) noexcept {
   return clocked ? since_epoch(Clock::now()) : nanoseconds{0};
 }
 
-/// Holds a breaker's grant until the attempt's outcome is reported. A frame destroyed with its
-/// execution context in the middle of an attempt still tells the breaker (`on_abandoned`), so
-/// that a half-open probe slot is never lost.
-template <class Clock> struct gate_grant {
-  attempt_gate* gate = nullptr;
-  gate_grant() = default;
-  gate_grant(const gate_grant&) = delete;
-  gate_grant& operator=(const gate_grant&) = delete;
-  ~gate_grant() {
-    if (gate)
-      gate->on_abandoned(since_epoch(Clock::now()));
-  }
-};
+/// The loop's clock, for a reservation settled by its destructor (reservation.hpp).
+template <class Clock> nanoseconds clock_now() noexcept {
+  return since_epoch(Clock::now());
+}
+
+/// Read at the call: the start of the deadline, and the seeded stream of the k-th operation.
+template <class Clock> op_origin make_origin(const retry_policy& p, bool stats) noexcept {
+  op_origin o{read_clock<Clock>(needs_clock(p, stats))};
+  if (p.seed.has_value())
+    o.rng.emplace(p.seed.next_stream());
+  return o;
+}
 
 /// Tells the operation's state that the loop sleeps on a timer, until the sleep ends or the
 /// frame is destroyed in it.
@@ -160,7 +162,7 @@ template <class Control> struct sleep_guard {
 /// `sleep_on(timer)` and `woke()` (a cancellation meanwhile cancels the timer), `disarm()`.
 template <class Timer, class T, bool Throwing, class Op, class Policy, class Control>
 asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
-retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
+retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control control) {
   const retry_policy& policy = policy_of(held);
   constexpr bool controlled = !std::is_same_v<Control, std::nullptr_t>;
   constexpr bool error_as_value = awaitable_traits<op_awaitable_t<Op>>::error_as_value;
@@ -170,13 +172,15 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
   if (stats)
     *stats = retry_stats{};
   const bool clocked = needs_clock(policy, stats != nullptr);
-  const nanoseconds start = read_clock<clock>(clocked);
-  schedule sched(policy, start);
+  const nanoseconds start = origin.start; // read at the call
+  schedule sched(policy, std::move(origin), &clock_now<clock>);
   std::optional<Timer> sleep_timer; // made at the first sleep: a first success needs none
   loop_result<T> result;            // the attempt in hand, and in the end what is reported
   std::error_code last_error;
-  bool have_token = false; // from `rate_limit`, for the next attempt
-  gate_grant<clock> grant; // set while an attempt the breaker let through is unreported
+  // The reservations (reservation.hpp): each settles once, on whatever path leaves the loop.
+  send_token token;    // from `rate_limit`, for the next attempt
+  retry_charge charge; // the retry the budget granted, until it is sent
+  gate_grant grant;    // the breaker's grant, until the attempt's outcome is reported
 
   bool armed = true;
   if constexpr (controlled)
@@ -208,23 +212,22 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
     const nanoseconds attempt_start = read_clock<clock>(clocked);
     verdict v;
     bool pacing = false; // this time round, only the wait for a send token
-    if (policy.rate_limit && !have_token) {
-      v = sched.pace(attempt_start);
+    if (policy.rate_limit && !token) {
+      v = sched.pace(attempt_start, token);
       if (v.stop) {
         exit::fail(result, stats, v.stop, v.report);
         break;
       }
-      have_token = true;
       pacing = v.delay > nanoseconds::zero();
     }
     if (!pacing) {
-      have_token = false;
-      if (const std::error_code why = sched.begin_attempt(attempt_start)) {
+      if (const std::error_code why = sched.begin_attempt(attempt_start, grant, charge)) {
+        token.returned();
         const verdict v = sched.stop(static_cast<errc>(why.value()), last_error);
         exit::fail(result, stats, v.stop, v.report);
         break;
       }
-      grant.gate = policy.breaker.get();
+      token.used();
       if (stats)
         stats->attempts = sched.attempts();
       attempt_context ctx(sched.attempts());
@@ -254,13 +257,15 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
       } catch (...) {
         result.exception = std::current_exception();
       }
-      bool cut = false;
+      bool cut = false;       // by the deadline
+      bool timer_cut = false; // by the deadline or the attempt timeout
       if constexpr (controlled) {
         if (control->end_attempt()) {
           // The attempt timer's emit marked this coroutine cancelled: clear that before awaiting.
           co_await asio::this_coro::reset_cancellation_state();
           if (!result.value) {
             cut = by_deadline;
+            timer_cut = true;
             result.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
             result.exception = nullptr;
           }
@@ -280,22 +285,20 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
         cancelled_now = cancelled_now || control->cancelled;
       else
         cancelled_now = cancelled_now || cs.cancelled() != asio::cancellation_type::none;
-      grant.gate = nullptr; // record() reports to the breaker, even when it throws
-      if (policy.breaker || policy.rate_limit) {
-        try {
-          sched.record(result.error, cancelled_now || result.exception, read_clock<clock>(clocked));
-        } catch (...) {
-          if (!result.exception)
-            result.exception = std::current_exception();
-        }
-      }
+      // The one verdict on this attempt, for the breaker, the sending rate, the budget and the
+      // decision below alike; a predicate that throws makes it abandoned, and ends the loop.
+      std::exception_ptr thrown;
+      const attempt_class verdict_of =
+          sched.classify(result.error, timer_cut, cancelled_now || result.exception, thrown);
+      if (thrown && !result.exception)
+        result.exception = std::move(thrown);
+      if (policy.breaker || policy.rate_limit || policy.budget)
+        sched.report(verdict_of, grant, read_clock<clock>(clocked));
       if (result.exception) {
         exit::thrown(result, stats, std::move(result.exception));
         break;
       }
       if (!result.error) {
-        if (policy.budget)
-          policy.budget->on_success(read_clock<clock>(clocked));
         if (stats)
           stats->last_error = {};
         break;
@@ -310,9 +313,8 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
       }
       try {
         const nanoseconds t = read_clock<clock>(clocked);
-        if (policy.budget)
-          policy.budget->on_failure(t);
-        v = sched.after_failure({result.error, cut, ctx.retry_after()}, t);
+        v = sched.after_failure({result.error, cut, ctx.retry_after(), verdict_of.kind}, t,
+                                &charge);
         if (!v.stop && policy.on_retry)
           policy.on_retry(retry_event{sched.attempts(), result.error, v.delay, ctx.retry_after()});
       } catch (...) {
@@ -321,8 +323,6 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
       }
       if (v.stop) {
         exit::fail(result, stats, v.stop, v.report);
-        if (v.report)
-          result.value.reset(); // else: gave up on a rejected result, which is returned
         break;
       }
     }

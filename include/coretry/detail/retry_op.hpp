@@ -339,33 +339,36 @@ struct handler_executor {};
 
 template <class Timer, class T, class Deliver> struct initiate_retry {
   template <class Handler, class Op, class Policy>
-  void operator()(Handler&& handler, handler_executor, Op op, Policy policy,
-                  retry_stats* stats) const {
+  void operator()(Handler&& handler, handler_executor, Op op, Policy policy, retry_stats* stats,
+                  op_origin origin) const {
     const auto ex = asio::get_associated_executor(handler);
-    (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), stats);
+    (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), stats,
+            std::move(origin));
   }
 
   template <class Handler, class Executor, class Op, class Policy>
-  void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy,
-                  retry_stats* stats) const {
+  void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy, retry_stats* stats,
+                  op_origin origin) const {
     using handler_type = std::decay_t<Handler>;
     auto user_slot = asio::get_associated_cancellation_slot(handler);
     if (!needs_control(policy_of(policy), user_slot.is_connected())) {
       using completion = retry_completion<T, handler_type, void, Executor, Deliver>;
       asio::co_spawn(ex,
-                     retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, nullptr),
+                     retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats,
+                                                 std::move(origin), nullptr),
                      completion(std::forward<Handler>(handler), nullptr, ex));
       return;
     }
     with_serializing_executor(ex, [&](const auto& strand) {
       start_controlled(std::forward<Handler>(handler), ex, strand, std::move(op), std::move(policy),
-                       stats, user_slot);
+                       stats, std::move(origin), user_slot);
     });
   }
 
   template <class Handler, class Executor, class Strand, class Op, class Policy, class Slot>
   static void start_controlled(Handler&& handler, const Executor& ex, const Strand& strand, Op op,
-                               Policy policy, retry_stats* stats, Slot user_slot) {
+                               Policy policy, retry_stats* stats, op_origin origin,
+                               Slot user_slot) {
     using handler_type = std::decay_t<Handler>;
     using state_type = op_state<Strand, Timer>;
     const retry_policy& p = policy_of(policy);
@@ -381,8 +384,8 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
     }
     // The loop's frame owns the state (see retry_completion).
     state_type* control = state.get();
-    auto loop =
-        retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats, std::move(state));
+    auto loop = retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats,
+                                            std::move(origin), std::move(state));
     asio::co_spawn(strand, std::move(loop),
                    retry_completion<T, handler_type, state_type, Executor, Deliver>(
                        std::forward<Handler>(handler), control, ex));
@@ -399,13 +402,14 @@ template <class T> asio::awaitable<T> take_optional(asio::awaitable<std::optiona
 template <class Timer, class T, class Op, class Policy>
 asio::awaitable<T> retry_entry(Op&& op, Policy&& policy, retry_stats* stats) {
   using held = held_policy_t<Policy>;
+  op_origin origin = make_origin<typename Timer::clock_type>(policy_of(policy), stats != nullptr);
   if (!needs_control(policy_of(policy), false))
     return retry_loop<Timer, T, true, std::decay_t<Op>, held>(
-        std::move(op), std::forward<Policy>(policy), stats, nullptr);
+        std::move(op), std::forward<Policy>(policy), stats, std::move(origin), nullptr);
   // The initiation itself, awaited: no wrapper coroutine (and no extra frame) in between.
   auto a = asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
       initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
-      std::move(op), held(std::forward<Policy>(policy)), stats);
+      std::move(op), held(std::forward<Policy>(policy)), stats, std::move(origin));
   if constexpr (std::is_same_v<delivered_t<T>, T>)
     return a;
   else

@@ -1,9 +1,15 @@
 #pragma once
 // The retry loop's decisions, apart from any coroutine, timer or executor: given what an attempt
 // did and what time it is, stop (and report what) or sleep (and for how long). Private: the
-// loop in retry_loop.hpp drives it; tests drive it directly.
+// loop in retry_loop.hpp and the hedge in hedge_op.hpp drive it; tests drive it directly.
+//
+// It reads no clock: every time is passed in. It makes the reservations (reservation.hpp) the
+// loop holds: a breaker's grant (`begin_attempt`), a send token (`pace`), a retry charged to the
+// budget (`after_failure`); and it classifies each attempt once (`classify`) and tells every
+// listener that one verdict (`report`).
 
 #include <coretry/config.hpp>
+#include <coretry/detail/reservation.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/random.hpp>
@@ -12,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <ratio>
 #include <system_error>
@@ -52,6 +59,17 @@ struct attempt_end {
   /// The attempt was cut short by the deadline (its own error, if any, is moot).
   bool cut_by_deadline = false;
   nanoseconds hint{0}; ///< `attempt_context::retry_after`.
+  /// The attempt's classification (`schedule::classify`), when the caller has it: then no
+  /// predicate is asked again.
+  std::optional<attempt_kind> kind{};
+};
+
+/// Where and when an operation started: read at the call (`retry_async`, `async_retry`), so
+/// that the deadline counts from the call and the k-th operation started with a seeded policy
+/// draws the k-th stream, however late its loop first runs.
+struct op_origin {
+  nanoseconds start{0};
+  std::optional<fast_rng> rng{}; ///< drawn at the call when the policy is seeded
 };
 
 /// What to do after a failed attempt.
@@ -68,32 +86,60 @@ struct verdict {
 /// stream. Every time is nanoseconds since the epoch of the loop's clock.
 class schedule {
 public:
-  schedule(const retry_policy& p, nanoseconds start) noexcept
-      : p_(p), deadline_(deadline_after(start, p.deadline)), previous_(p.backoff.initial()) {}
+  /// `now` reads the loop's clock for a reservation settled by its destructor (null: the time
+  /// it was made). A seeded policy's stream is drawn here unless `origin` brings it.
+  schedule(const retry_policy& p, op_origin origin, now_fn now = nullptr) noexcept
+      : p_(p), deadline_(deadline_after(origin.start, p.deadline)), previous_(p.backoff.initial()),
+        now_(now), rng_(std::move(origin.rng)) {
+    if (!rng_ && p_.seed.has_value())
+      rng_.emplace(p_.seed.next_stream());
+  }
+  schedule(const retry_policy& p, nanoseconds start) noexcept : schedule(p, op_origin{start}) {}
 
   const retry_policy& policy() const noexcept { return p_; }
   unsigned attempts() const noexcept { return attempts_; }
   bool has_deadline() const noexcept { return deadline_ != no_deadline; }
   nanoseconds deadline() const noexcept { return deadline_; }
 
-  /// Before an attempt: empty when it may start (and it is counted), else why the loop stops
-  /// without it. Nothing is counted or charged for an attempt that does not start.
-  std::error_code begin_attempt(nanoseconds now) noexcept {
+  /// Before an attempt: empty when it may start (it is counted, `grant` holds the breaker's
+  /// grant and `charge`, the retry it spends, is used), else why the loop stops without it.
+  /// Nothing is counted or charged for an attempt that does not start: a refused attempt hands
+  /// `charge` back.
+  std::error_code begin_attempt(nanoseconds now, gate_grant& grant, retry_charge& charge) noexcept {
     if (has_deadline() && now >= deadline_)
       return errc::deadline_exceeded;
-    if (p_.breaker && !p_.breaker->try_acquire(now))
-      return errc::circuit_open;
+    if (p_.breaker) {
+      if (!p_.breaker->try_acquire(now)) {
+        charge.returned();
+        return errc::circuit_open;
+      }
+      grant = gate_grant(p_.breaker.get(), now_, now);
+    }
+    charge.used();
     ++attempts_;
     return {};
   }
+  /// As above, for a caller that reports to no breaker (the schedule's tests): a grant is
+  /// reported as abandoned at once.
+  std::error_code begin_attempt(nanoseconds now) noexcept {
+    gate_grant grant;
+    retry_charge charge;
+    return begin_attempt(now, grant, charge);
+  }
 
-  /// Before an attempt, with a `rate_limit`: how long to wait for a send token, or why the loop
-  /// stops instead (a wait that would end at or past the deadline).
-  verdict pace(nanoseconds now) noexcept {
+  /// Before an attempt, with a `rate_limit`: reserves a send token into `token` and says how
+  /// long to wait for it, or why the loop stops instead: the rate refused (`rate_limited`), or
+  /// the wait would end at or past the deadline (`deadline_exceeded`, the token handed back).
+  verdict pace(nanoseconds now, send_token& token) noexcept {
     const nanoseconds wait = p_.rate_limit->acquire(now);
+    if (wait == send_rate::refused)
+      return {errc::rate_limited, errc::rate_limited};
+    token = send_token(p_.rate_limit.get(), now_, now);
     if (wait > nanoseconds::zero() && has_deadline() &&
-        (now >= deadline_ || wait >= deadline_ - now))
+        (now >= deadline_ || wait >= deadline_ - now)) {
+      token.returned();
       return {errc::deadline_exceeded, errc::deadline_exceeded};
+    }
     return {{}, {}, wait};
   }
 
@@ -105,31 +151,45 @@ public:
            (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));
   }
 
-  /// Tells the breaker and the sending rate how a granted attempt ended: `ec` empty on
-  /// success; `cancelled` when the caller stopped it.
-  void record(const std::error_code& ec, bool cancelled, nanoseconds now) const {
-    if (p_.breaker) {
-      bool failure = false;
-      if (ec && !cancelled) {
-        try {
-          failure = retryable(ec); // a user predicate: it may throw
-        } catch (...) {
-          p_.breaker->on_abandoned(now); // the breaker hears once, whatever happens
-          throw;
-        }
-      }
-      if (cancelled)
-        p_.breaker->on_abandoned(now);
-      else if (failure)
-        p_.breaker->on_failure(now);
-      else
-        p_.breaker->on_success(now);
+  /// The one verdict on an attempt that was sent: `ec` empty on success; `cut` when the deadline
+  /// or the attempt timer cut it (a failure and a throttle, whatever `retry_if` says);
+  /// `abandoned` when the caller cancelled it or its outcome is lost. A predicate that throws
+  /// makes the attempt abandoned and its exception is stored in `thrown`.
+  attempt_class classify(const std::error_code& ec, bool cut, bool abandoned,
+                         std::exception_ptr& thrown) const noexcept {
+    if (abandoned)
+      return {attempt_kind::abandoned, false};
+    if (cut)
+      return {attempt_kind::failure, true};
+    if (!ec)
+      return {attempt_kind::success, false};
+    try {
+      const bool failure = retryable(ec); // user predicates: they may throw
+      const bool throttled =
+          p_.rate_limit && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec));
+      return {failure ? attempt_kind::failure : attempt_kind::neutral, throttled};
+    } catch (...) {
+      thrown = std::current_exception();
+      return {attempt_kind::abandoned, false};
     }
-    if (p_.rate_limit && !cancelled) {
-      if (ec && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec)))
+  }
+
+  /// Tells every listener the verdict `c`, once: the breaker (settling `grant`), the sending
+  /// rate (nothing for an abandoned attempt), the budget (a success, or a failed attempt of any
+  /// kind; nothing for an abandoned one).
+  void report(const attempt_class& c, gate_grant& grant, nanoseconds now) const noexcept {
+    grant.report(c.kind, now);
+    if (p_.rate_limit && c.kind != attempt_kind::abandoned) {
+      if (c.throttled)
         p_.rate_limit->on_throttle(now);
       else
         p_.rate_limit->on_success(now);
+    }
+    if (p_.budget && c.kind != attempt_kind::abandoned) {
+      if (c.kind == attempt_kind::success)
+        p_.budget->on_success(now);
+      else
+        p_.budget->on_failure(now);
     }
   }
 
@@ -142,12 +202,14 @@ public:
   }
 
   /// After a failed attempt (`end.error` set): stop or sleep. `now` is read only when the
-  /// operation has a deadline (pass anything otherwise). Consults and charges the budget.
-  verdict after_failure(const attempt_end& end, nanoseconds now) {
+  /// operation has a deadline (pass anything otherwise). Asks the budget last: the retry it
+  /// grants goes into `charge`, spent when the retry starts and refunded if it never does
+  /// (without `charge`: spent at once).
+  verdict after_failure(const attempt_end& end, nanoseconds now, retry_charge* charge = nullptr) {
     const std::error_code& ec = end.error;
     if (end.cut_by_deadline)
       return stop(errc::deadline_exceeded, ec);
-    if (!retryable(ec))
+    if (end.kind ? *end.kind != attempt_kind::failure : !retryable(ec))
       return {ec, ec};
     if (attempts_ >= p_.max_attempts)
       return stop(errc::attempts_exhausted, ec);
@@ -167,15 +229,21 @@ public:
     if (has_deadline() && (now >= deadline_ || delay >= deadline_ - now))
       return stop(errc::deadline_exceeded, ec);
     // Last: a budget grants and spends in one step.
-    if (p_.budget && !p_.budget->try_retry(now))
-      return stop(errc::budget_exhausted, ec);
+    if (p_.budget) {
+      if (!p_.budget->try_retry(now))
+        return stop(errc::budget_exhausted, ec);
+      if (charge)
+        *charge = retry_charge(p_.budget.get(), now);
+    }
     return {{}, {}, delay};
   }
 
   /// The verdict for a loop stopped by `reason` after an attempt that ended with `last`:
-  /// the deadline always reports itself; otherwise `final_error` decides, and a rejected
-  /// result is returned rather than reported.
+  /// the deadline always reports itself (even after a rejected result); otherwise
+  /// `final_error` decides, and a rejected result is returned rather than reported.
   verdict stop(errc reason, const std::error_code& last) const noexcept {
+    if (reason == errc::deadline_exceeded)
+      return {reason, reason};
     if (last == errc::result_rejected)
       return {reason, {}};
     if (reason == errc::deadline_exceeded || p_.report == final_error::policy_reason || !last)
@@ -188,6 +256,7 @@ private:
   nanoseconds deadline_;
   nanoseconds previous_;
   unsigned attempts_ = 0;
+  now_fn now_;
   std::optional<fast_rng> rng_;
 };
 
