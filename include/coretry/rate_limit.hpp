@@ -81,10 +81,11 @@ public:
   double measured_rate() const noexcept { return measured_pub_.load(std::memory_order_relaxed); }
   /// Whether the rate is limited (a throttle was seen, or `initial_rate` was set).
   bool limiting() const noexcept { return rate() != unlimited_rate(); }
-  /// Tokens handed out, throttles and successes reported since construction.
+  /// Tokens handed out since construction.
   std::uint64_t acquired() const noexcept { return acquired_.load(std::memory_order_relaxed); }
-  /// Tokens handed back (`release`) and waits refused (longer than `max_wait`).
+  /// Tokens handed back unused (`release`) since construction.
   std::uint64_t released() const noexcept { return released_.load(std::memory_order_relaxed); }
+  /// Waits refused since construction (longer than `adaptive_rate_options::max_wait`).
   std::uint64_t refused() const noexcept { return refused_.load(std::memory_order_relaxed); }
   /// Throttled attempts reported since construction.
   std::uint64_t throttles() const noexcept { return throttles_.load(std::memory_order_relaxed); }
