@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <system_error>
+#include <vector>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
@@ -142,6 +143,34 @@ TEST_CASE("a hedge that completes at once leaves nothing behind: no hedge timer,
   CHECK(held.use_count() == 1); // the operation's state, which holds `op`, is gone
   drive(io, [] { return false; });
   CHECK(manual_clock::elapsed() == 0ns);
+}
+
+TEST_CASE("a hedge's deadline counts from the call, not from when its state first runs") {
+  manual_clock::reset();
+  asio::io_context io;
+  std::vector<manual_clock::duration> started;
+  std::error_code error;
+  int completions = 0;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(),
+      [&]() -> asio::awaitable<int> {
+        started.push_back(manual_clock::elapsed());
+        manual_timer t(co_await asio::this_coro::executor);
+        t.expires_after(1s); // hangs past the deadline
+        co_await t.async_wait(asio::use_awaitable);
+        co_return 1;
+      },
+      {.max_attempts = 3, .deadline = 200ms}, {.delay = 1s},
+      [&](std::error_code ec, int) {
+        ++completions;
+        error = ec;
+      });
+  manual_clock::advance(150ms); // a busy executor: the state first runs 150 ms after the call
+  drive(io, [&] { return completions > 0; });
+  CHECK(completions == 1);
+  CHECK(error == coretry::errc::deadline_exceeded);
+  CHECK(started == std::vector<manual_clock::duration>{150ms});
+  CHECK(manual_clock::elapsed() == 200ms); // 350 ms when it counted from the first run
 }
 
 TEST_CASE("a long hedge holds memory for the attempts in flight, not for every attempt") {

@@ -104,7 +104,8 @@ public:
   hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
               hedge_options hedge, hedge_stats* stats)
       : strand_(std::move(strand)), handler_(std::move(handler)), executor_(ex), op_(std::move(op)),
-        policy_(std::move(policy)), hedge_(std::move(hedge)), stats_(stats), hedge_timer_(strand_) {
+        policy_(std::move(policy)), hedge_(std::move(hedge)), stats_(stats), hedge_timer_(strand_),
+        origin_(make_origin<clock>(policy_, true)) {
     notify = &hedge_state::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
@@ -128,8 +129,10 @@ public:
 
   /// Posted by the initiation.
   void start() {
-    start_ = read_clock<clock>(true);
-    sched_.emplace(policy_, op_origin{start_}, &clock_now<clock>);
+    // The deadline and the seeded stream were fixed at the call (the constructor runs in the
+    // initiation), however late this post runs.
+    start_ = origin_.start;
+    sched_.emplace(policy_, std::move(origin_), &clock_now<clock>);
     started_ = true;
     if (cancel_requested_ ||
         (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this))) {
@@ -140,8 +143,9 @@ public:
       policy_.budget->on_request(start_);
     if (sched_->has_deadline()) {
       deadline_timer_.emplace(strand_);
-      deadline_timer_->expires_after(
-          std::chrono::ceil<typename timer_type::duration>(sched_->deadline() - start_));
+      const nanoseconds left =
+          std::max(nanoseconds::zero(), sched_->deadline() - read_clock<clock>(true));
+      deadline_timer_->expires_after(std::chrono::ceil<typename timer_type::duration>(left));
       deadline_timer_->async_wait([s = this->shared_from_this()](std::error_code ec) {
         if (!ec)
           s->on_deadline();
@@ -535,6 +539,7 @@ private:
   std::error_code last_error_;
   std::error_code pending_trigger_;
   nanoseconds start_{0};
+  op_origin origin_; ///< read at the call; moved into the schedule by start()
   unsigned launched_ = 0;
   unsigned in_flight_ = 0;
   unsigned rejected_by_ = 0;
@@ -546,7 +551,7 @@ private:
   bool finishing_ = false;
   bool completed_ = false;
   bool pacing_ = false;
-  send_token token_; ///< reserved from `rate_limit` for the next attempt
+  send_token token_;             ///< reserved from `rate_limit` for the next attempt
   bool relaunch_posted_ = false; ///< a relaunch() is on its way through the strand's queue
 };
 
