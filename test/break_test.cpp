@@ -9,23 +9,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/system_executor.hpp>
-#include <asio/thread_pool.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -252,9 +237,9 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
                 }
                 ++n;
                 *op.calls = 0;
-                auto [e2, v2] = co_await coretry::async_retry(
-                    co_await asio::this_coro::executor, op, policy(),
-                    asio::experimental::as_tuple(asio::use_awaitable));
+                auto [e2, v2] =
+                    co_await coretry::async_retry(co_await asio::this_coro::executor, op, policy(),
+                                                  coretry::detail::as_tuple(asio::use_awaitable));
                 (void)v2;
                 codes.push_back(e2);
                 ++n;

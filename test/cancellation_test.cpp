@@ -1,17 +1,10 @@
 #include <coretry/cancellation.hpp>
 #include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
-#include <coretry/testing/manual_clock.hpp>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <atomic>
 #include <chrono>

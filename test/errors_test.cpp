@@ -6,8 +6,7 @@
 #include <coretry/policy.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/error.hpp>
+#include <support/asio.hpp>
 
 #include <chrono>
 #include <cmath>

@@ -8,20 +8,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/fake_gate.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/thread_pool.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -88,7 +76,7 @@ struct hedged_op {
     peak = std::max(peak, ++running);
     manual_timer t(co_await asio::this_coro::executor);
     t.expires_after(p.hang ? std::chrono::nanoseconds(1h) : p.after);
-    auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
     --running;
     if (ec) {
       ++records[i].cancelled;

@@ -6,12 +6,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_future.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -6,12 +6,9 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/fake_gate.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/io_context.hpp>
 
 #include <chrono>
 #include <deque>

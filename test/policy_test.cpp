@@ -2,8 +2,7 @@
 #include <coretry/policy.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/error.hpp>
+#include <support/asio.hpp>
 
 #include <stdexcept>
 #include <string>

@@ -5,13 +5,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/io_context.hpp>
-#include <asio/use_future.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -33,12 +33,9 @@
 /// `now()`; `coretry::testing::manual_timer` (coretry/testing/manual_clock.hpp) runs the loop
 /// on a clock that a test moves.
 
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <utility>
 

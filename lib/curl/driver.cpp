@@ -16,9 +16,7 @@
 #include "driver.hpp"
 
 #include <coretry/curl/error.hpp>
-
-#include <asio/error.hpp>
-#include <asio/post.hpp>
+#include <coretry/detail/asio.hpp>
 
 #include <chrono>
 #include <system_error>
@@ -162,7 +160,7 @@ void multi_driver::on_wait(curl_socket_t fd, std::uint64_t id, bool write, std::
   socket_entry& s = *it->second;
   (write ? s.writing : s.reading) = false;
   const int direction = write ? CURL_POLL_OUT : CURL_POLL_IN;
-  if (ec == asio::error::operation_aborted || (s.want & direction) == 0) {
+  if (coretry::detail::is_aborted(ec) || (s.want & direction) == 0) {
     arm(s); // cancelled by a CURL_POLL_REMOVE or a change of interest: re-arm what is wanted
     return;
   }

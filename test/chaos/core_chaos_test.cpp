@@ -14,19 +14,7 @@
 #include <coretry/retry.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
+#include <support/asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -87,7 +75,7 @@ struct chaos_op {
     if (draw < 8)
       co_return std::tuple{make_error_code(std::errc::permission_denied), 0};
     asio::steady_timer t(co_await asio::this_coro::executor, 1h);
-    auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
     co_return std::tuple{ec ? ec : make_error_code(std::errc::timed_out), 0};
   }
 };
@@ -228,9 +216,8 @@ TEST_CASE("chaos: every operation completes exactly once, whatever happens aroun
         asio::co_spawn(
             ex,
             [ex, op, p, g]() mutable -> asio::awaitable<void> {
-              auto [ec, v] =
-                  co_await coretry::async_retry(ex, std::move(op), std::move(p),
-                                                asio::experimental::as_tuple(asio::use_awaitable));
+              auto [ec, v] = co_await coretry::async_retry(
+                  ex, std::move(op), std::move(p), coretry::detail::as_tuple(asio::use_awaitable));
               (void)v;
               g.complete(ec);
             },

@@ -3,8 +3,7 @@
 #include <coretry/error.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/error.hpp>
+#include <support/asio.hpp>
 
 using namespace coretry::curl;
 

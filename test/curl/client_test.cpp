@@ -1,15 +1,8 @@
 #include <coretry/curl/client.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/detached.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/deferred.hpp>
-#include <asio/use_future.hpp>
 
 #include <array>
 #include <atomic>
@@ -22,7 +15,7 @@
 #include <unistd.h>
 
 namespace {
-constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 
 std::error_code perform_error(asio::io_context& io, client& c, request r) {
   std::error_code result;
@@ -712,7 +705,7 @@ TEST_CASE("async_perform works with use_future and deferred tokens") {
   run_until(io, [&] { return f.wait_for(0s) == std::future_status::ready; });
   CHECK(f.get().body == "future");
 
-  auto op = c.async_perform(get(server.url()), asio::experimental::deferred);
+  auto op = c.async_perform(get(server.url()), coretry::test::deferred);
   run_for(io, 20ms);
   CHECK(server.requests() == 1); // nothing starts before the deferred operation is launched
   response r;

@@ -5,11 +5,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
 
 #include <stdexcept>
 #include <string>

@@ -2,12 +2,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
 
 #include <ctime>
 #include <vector>
@@ -243,7 +239,7 @@ TEST_CASE("a POST is not retried unless it carries an Idempotency-Key or opts in
     run_until_done(io, [&]() -> asio::awaitable<void> {
       co_await c.perform(get(server.url()));
       auto [e, r] = co_await coretry::curl::async_retry(
-          c, post(server.url()), fast_policy(5), asio::experimental::as_tuple(asio::use_awaitable));
+          c, post(server.url()), fast_policy(5), coretry::detail::as_tuple(asio::use_awaitable));
       ec = e;
     }());
     CHECK(ec == errc::got_nothing);

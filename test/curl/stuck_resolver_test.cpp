@@ -7,11 +7,7 @@
 #include <coretry/curl/retry.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
+#include <support/asio.hpp>
 
 #include <atomic>
 #include <chrono>

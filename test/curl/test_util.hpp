@@ -4,13 +4,8 @@
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/request.hpp>
 
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <cstddef>

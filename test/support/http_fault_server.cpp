@@ -1,12 +1,5 @@
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/write.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -16,7 +9,7 @@
 namespace coretry::test {
 
 namespace {
-constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 
 bool iequal(const std::string& a, const std::string& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {

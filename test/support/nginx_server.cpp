@@ -1,7 +1,6 @@
 #include "nginx_server.hpp"
 
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
+#include <support/asio.hpp>
 
 #include <atomic>
 #include <chrono>

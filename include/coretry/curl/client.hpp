@@ -4,16 +4,7 @@
 
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/request.hpp>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/post.hpp>
-#include <asio/use_awaitable.hpp>
+#include <coretry/detail/asio.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -127,7 +118,7 @@ public:
       auto slot = asio::get_associated_cancellation_slot(h);
       if (slot.is_connected())
         slot.clear();
-      std::move(h)(ec, std::move(r));
+      std::move(h)(coretry::detail::to_asio_error(ec), std::move(r));
     });
     work_.reset();
   }
@@ -164,7 +155,7 @@ template <class CompletionToken>
 auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_executor& fallback,
                       request req, CompletionToken&& token) {
   req.validate();
-  return asio::async_initiate<CompletionToken, void(std::error_code, response)>(
+  return asio::async_initiate<CompletionToken, void(coretry::detail::asio_error_code, response)>(
       [](auto handler, std::shared_ptr<client_impl> impl, asio::any_io_executor fallback,
          request r) {
         using handler_type = std::decay_t<decltype(handler)>;

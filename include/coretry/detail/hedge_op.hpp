@@ -15,22 +15,12 @@
 
 #include <coretry/attempt.hpp>
 #include <coretry/cancellation.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/error.hpp>
-#include <asio/post.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -397,8 +387,8 @@ private:
 
   void finish_abort() {
     fail(policy_.cancellation.cancelled() ? std::error_code(errc::cancelled)
-                                          : std::error_code(asio::error::operation_aborted),
-         asio::error::operation_aborted);
+                                          : coretry::detail::aborted_error(),
+         coretry::detail::aborted_error());
     finish();
   }
 

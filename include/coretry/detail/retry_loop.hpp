@@ -8,18 +8,10 @@
 // (an attempt, a predicate, a hook) and end the loop with `errc::unexpected_exception`.
 
 #include <coretry/attempt.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/awaitable.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/error.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/post.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <cstddef>
 #include <exception>
@@ -63,6 +55,15 @@ struct awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> 
   using value_type = void;
   static constexpr bool error_as_value = true;
 };
+#if CORETRY_ASIO_BOOST
+// Boost.Asio's `as_tuple` carries boost::system::error_code.
+template <class T, class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code, T>, Executor>>
+    : awaitable_traits<asio::awaitable<std::tuple<std::error_code, T>, Executor>> {};
+template <class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code>, Executor>>
+    : awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> {};
+#endif
 
 template <class Op>
 using op_awaitable_t =
@@ -115,8 +116,8 @@ template <class T> struct loop_exit {
   static void abort(loop_result<T>& r, retry_stats* s, const retry_policy& p) {
     fail(r, s,
          p.cancellation.cancelled() ? std::error_code(errc::cancelled)
-                                    : std::error_code(asio::error::operation_aborted),
-         asio::error::operation_aborted);
+                                    : coretry::detail::aborted_error(),
+         coretry::detail::aborted_error());
   }
   static void thrown(loop_result<T>& r, retry_stats* s, std::exception_ptr e) {
     r.value.reset();
@@ -345,14 +346,14 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
           if (control->sleep_on(*sleep_timer)) {
             sleep_guard<Control> guard{control};
             auto [ec] = co_await sleep_timer->async_wait(asio::bind_cancellation_slot(
-                asio::cancellation_slot(), asio::experimental::as_tuple(asio::use_awaitable)));
+                asio::cancellation_slot(), coretry::detail::as_tuple(asio::use_awaitable)));
             (void)ec; // a cancelled sleep is seen at the top of the loop
           } else {
             control->woke();
           }
         } else {
           auto [ec] =
-              co_await sleep_timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+              co_await sleep_timer->async_wait(coretry::detail::as_tuple(asio::use_awaitable));
           (void)ec; // a cancelled sleep is seen at the top of the loop
         }
       }

@@ -16,22 +16,10 @@
 // cancellation reaches the loop only once the loop runs (`arm`) and until it ends (`disarm`).
 
 #include <coretry/cancellation.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/execution/context.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/query.hpp>
-#include <asio/strand.hpp>
-#include <asio/thread_pool.hpp>
 
 #include <exception>
 #include <memory>
@@ -53,11 +41,11 @@ using delivered_t = std::conditional_t<std::is_void_v<T> || std::is_default_cons
 
 template <class T> struct signatures {
   using exception = void(std::exception_ptr, delivered_t<T>);
-  using error = void(std::error_code, delivered_t<T>);
+  using error = void(asio_error_code, delivered_t<T>);
 };
 template <> struct signatures<void> {
   using exception = void(std::exception_ptr);
-  using error = void(std::error_code);
+  using error = void(asio_error_code);
 };
 template <class T> using exception_signature_t = typename signatures<T>::exception;
 template <class T> using error_signature_t = typename signatures<T>::error;
@@ -102,9 +90,9 @@ struct deliver_exception {
 struct deliver_error_code {
   template <class T, class Handler> static void deliver(Handler& h, loop_result<T>& r) {
     if constexpr (std::is_void_v<T>)
-      std::move(h)(r.error);
+      std::move(h)(to_asio_error(r.error));
     else
-      std::move(h)(r.error, take_value(r));
+      std::move(h)(to_asio_error(r.error), take_value(r));
   }
 };
 

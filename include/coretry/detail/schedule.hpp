@@ -3,11 +3,10 @@
 // did and what time it is, stop (and report what) or sleep (and for how long). Private: the
 // loop in retry_loop.hpp drives it; tests drive it directly.
 
+#include <coretry/detail/asio.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/random.hpp>
-
-#include <asio/error.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -98,7 +97,7 @@ public:
 
   /// Whether the policy would retry after `ec` (cancellation never).
   bool retryable(const std::error_code& ec) const {
-    if (ec == asio::error::operation_aborted || ec == errc::cancelled)
+    if (coretry::detail::is_aborted(ec) || ec == errc::cancelled)
       return false;
     return ec == errc::result_rejected || ec == errc::attempt_timeout ||
            (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));

@@ -14,13 +14,7 @@
 /// The clock is process-wide (its `now()` is static, as a `Timer::clock_type` must be) and meant
 /// for one test thread at a time: call `manual_clock::reset()` at the start of each test.
 
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/error.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
+#include <coretry/detail/asio.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -130,7 +124,7 @@ inline std::size_t manual_clock::cancel_owner(const void* owner) {
     if (it->second->owner == owner) {
       auto w = std::move(it->second);
       it = q.erase(it);
-      w->complete(asio::error::operation_aborted);
+      w->complete(coretry::detail::aborted_error());
       ++n;
     } else {
       ++it;
@@ -169,7 +163,7 @@ public:
 
   /// Completion signature void(std::error_code); terminal/partial/total cancellation supported.
   template <class WaitToken> auto async_wait(WaitToken&& token) {
-    return asio::async_initiate<WaitToken, void(std::error_code)>(
+    return asio::async_initiate<WaitToken, void(coretry::detail::asio_error_code)>(
         [self = this](auto handler) { self->start(std::move(handler)); }, token);
   }
 
@@ -181,7 +175,9 @@ private:
       if (!from_slot && slot.is_connected())
         slot.clear();
       auto ex = asio::get_associated_executor(handler, executor);
-      asio::post(ex, [h = std::move(handler), ec]() mutable { std::move(h)(ec); });
+      asio::post(ex, [h = std::move(handler), ec]() mutable {
+        std::move(h)(coretry::detail::to_asio_error(ec));
+      });
     }
     Handler handler;
     Executor executor;
@@ -195,7 +191,7 @@ private:
     if (slot.is_connected()) {
       slot.assign([w = std::weak_ptr<manual_clock::waiter>(op)](asio::cancellation_type) {
         if (auto p = w.lock(); p && manual_clock::remove(p.get()))
-          p->complete(asio::error::operation_aborted, true);
+          p->complete(coretry::detail::aborted_error(), true);
       });
     }
   }

@@ -1,0 +1,42 @@
+#pragma once
+// The Asio the tests run against, named `asio::` at global scope in either flavour (standalone
+// Asio, or Boost.Asio under `namespace asio = boost::asio`), with the parts the tests use beyond
+// what coretry's headers include. The flavour and its version checks: <coretry/detail/asio.hpp>.
+
+#include <coretry/detail/asio.hpp>
+
+#if CORETRY_ASIO_BOOST
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+namespace asio = ::boost::asio;
+#else
+#include <asio/bind_executor.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/system_executor.hpp>
+#include <asio/use_future.hpp>
+#include <asio/write.hpp>
+#if ASIO_VERSION >= 102400
+#include <asio/deferred.hpp>
+#else
+#include <asio/experimental/deferred.hpp>
+#endif
+#endif
+
+namespace coretry::test {
+
+/// The `deferred` completion token: Asio's own from 1.24 (Boost 1.80), experimental before.
+#if CORETRY_ASIO_BOOST || ASIO_VERSION >= 102400
+inline constexpr auto deferred = asio::deferred;
+#else
+inline constexpr auto deferred = asio::experimental::deferred;
+#endif
+
+} // namespace coretry::test
