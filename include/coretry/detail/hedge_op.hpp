@@ -67,9 +67,12 @@ class hedge_state final : public cancellation_registration,
 public:
   struct slot {
     explicit slot(unsigned n) : number(n) {}
-    asio::cancellation_signal signal; ///< bound to the attempt's co_spawn
-    gate_grant<clock> grant;          ///< reports `on_abandoned` if the state dies first
-    std::optional<timer_type> timer;  ///< its attempt timeout
+    /// Bound to the attempt's co_spawn; shared with its completion, because co_spawn (Asio 1.38)
+    /// may still clear its slot after the attempt's frame, and this state with it, is gone.
+    std::shared_ptr<asio::cancellation_signal> signal =
+        std::make_shared<asio::cancellation_signal>();
+    gate_grant<clock> grant;         ///< reports `on_abandoned` if the state dies first
+    std::optional<timer_type> timer; ///< its attempt timeout
     unsigned number;
     hedge_cut cut = hedge_cut::none;
     bool running = true;
@@ -284,8 +287,9 @@ private:
           s->cut_one(*p, hedge_cut::timeout);
       });
     }
-    asio::co_spawn(strand_, run_attempt(this->shared_from_this(), &sl),
-                   asio::bind_cancellation_slot(sl.signal.slot(), [](std::exception_ptr) {}));
+    asio::co_spawn(
+        strand_, run_attempt(this->shared_from_this(), &sl),
+        asio::bind_cancellation_slot(sl.signal->slot(), [keep = sl.signal](std::exception_ptr) {}));
     if (hedge_.delay == nanoseconds::zero())
       try_launch({}); // all at once, up to max_in_flight (each start is posted: no recursion)
     else if (hedge_.delay != unlimited && launched_ < policy_.max_attempts)
@@ -401,7 +405,7 @@ private:
 
   void cut_one(slot& sl, hedge_cut why) {
     sl.cut = why;
-    sl.signal.emit(asio::cancellation_type::terminal);
+    sl.signal->emit(asio::cancellation_type::terminal);
   }
 
   void cut_all(hedge_cut why) {
@@ -413,7 +417,7 @@ private:
       sl->cut = why;
     for (slot* sl : running)
       if (sl->running)
-        sl->signal.emit(asio::cancellation_type::terminal);
+        sl->signal->emit(asio::cancellation_type::terminal);
   }
 
   void cancel() {

@@ -204,8 +204,10 @@ struct op_state final : cancellation_registration,
   }
 
   Strand strand;
-  asio::cancellation_signal signal; ///< bound to the loop's co_spawn
-  bool cancelled = false;           ///< the caller's slot or the group asked
+  /// Bound to the loop's co_spawn; shared with its completion, because co_spawn (Asio 1.38) may
+  /// still clear its slot after the loop's frame, which owns this state, is gone.
+  std::shared_ptr<asio::cancellation_signal> signal = std::make_shared<asio::cancellation_signal>();
+  bool cancelled = false; ///< the caller's slot or the group asked
 
 private:
   void cancel() {
@@ -217,12 +219,12 @@ private:
     if (sleeper)
       sleeper->cancel();
     else
-      signal.emit(asio::cancellation_type::terminal);
+      signal->emit(asio::cancellation_type::terminal);
   }
   void time_out(unsigned g) {
     if (armed && in_attempt && generation == g && !cancelled) {
       timed_out = true;
-      signal.emit(asio::cancellation_type::terminal);
+      signal->emit(asio::cancellation_type::terminal);
     }
   }
 
@@ -291,8 +293,10 @@ public:
   retry_completion(Handler h, State* s, Executor ex)
       : handler_(std::move(h)), executor_(std::move(ex)) {
     if constexpr (!std::is_void_v<State>)
-      if (s)
-        slot_ = s->signal.slot(); // read once, by co_spawn's initiation, while the state lives
+      if (s) {
+        signal_ = s->signal;
+        slot_ = signal_->slot();
+      }
   }
 
   using executor_type = asio::associated_executor_t<Handler, Executor>;
@@ -316,6 +320,7 @@ public:
 
 private:
   Handler handler_;
+  std::shared_ptr<asio::cancellation_signal> signal_; ///< outlives co_spawn's use of slot_
   asio::cancellation_slot slot_;
   Executor executor_;
 };
