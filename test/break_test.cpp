@@ -57,7 +57,7 @@ TEST_CASE("break: the caller's slot emitted from inside on_retry stops the opera
   io.restart();
   io.poll();
   CHECK(completions == 1);
-  CHECK(error == asio::error::operation_aborted);
+  CHECK(error == coretry::test::operation_aborted);
   CHECK(op.calls == 1);
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("break: the caller's slot emitted from inside an attempt, before it su
       }));
   CHECK(drive(io, [&] { return completions > 0; }));
   CHECK(completions == 1);
-  CHECK(error == asio::error::operation_aborted);
+  CHECK(error == coretry::test::operation_aborted);
   CHECK(calls == 1);
 }
 
@@ -406,7 +406,7 @@ TEST_CASE("break: a group cancel at the instant an attempt times out, on a 2-thr
           strand, hang_on_steady_timer, p,
           asio::bind_cancellation_slot(signals.back()->slot(), [&](std::error_code e, int) {
             calls.fetch_add(1);
-            if (e != asio::error::operation_aborted && e != coretry::errc::attempt_timeout)
+            if (e != coretry::test::operation_aborted && e != coretry::errc::attempt_timeout)
               bad.fetch_add(1);
           }));
     }
@@ -622,7 +622,7 @@ struct counted {
   std::shared_ptr<std::atomic<int>> aborted = std::make_shared<std::atomic<int>>(0);
   void operator()(std::error_code e, int) const {
     calls->fetch_add(1);
-    if (e == asio::error::operation_aborted)
+    if (e == coretry::test::operation_aborted)
       aborted->fetch_add(1);
   }
 };
@@ -773,7 +773,7 @@ TEST_CASE("break-batch: a completion run inline by the batch cancels again, star
   for (int i = 0; i < n; ++i)
     coretry::async_retry(io.get_executor(), fail_now, p, [&](std::error_code e, int) {
       calls.fetch_add(1);
-      CHECK(e == asio::error::operation_aborted);
+      CHECK(e == coretry::test::operation_aborted);
       if (source) {
         CHECK_FALSE(source->cancel());
         source.reset();

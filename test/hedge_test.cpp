@@ -307,8 +307,8 @@ TEST_CASE("cancelling the caller's slot during hedges completes once with operat
   drive(io, [&] { return r.completions > 0; });
   drive(io, [] { return false; });
   CHECK(r.completions == 1);
-  CHECK(r.error == asio::error::operation_aborted);
-  CHECK(stats.reason == asio::error::operation_aborted);
+  CHECK(r.error == coretry::test::operation_aborted);
+  CHECK(stats.reason == coretry::test::operation_aborted);
   CHECK(op.records.size() == 3);
   CHECK(op.cancelled() == 3);
   CHECK(op.each_ended_once());
@@ -339,7 +339,7 @@ TEST_CASE("the policy's group token cancels every attempt, and a late cancel cha
   drive(io, [&] { return r.completions > 0; });
   drive(io, [] { return false; });
   CHECK(r.completions == 1);
-  CHECK(r.error == asio::error::operation_aborted);
+  CHECK(r.error == coretry::test::operation_aborted);
   CHECK(stats.reason == coretry::errc::cancelled);
   CHECK(op.cancelled() == 2);
   CHECK(op.each_ended_once());
@@ -357,7 +357,7 @@ TEST_CASE("the policy's group token cancels every attempt, and a late cancel cha
     CHECK(r2.completions == 0); // never inline
     drive(io, [] { return false; });
     CHECK(r2.completions == 1);
-    CHECK(r2.error == asio::error::operation_aborted);
+    CHECK(r2.error == coretry::test::operation_aborted);
     CHECK(op2.records.empty());
   }
 }
@@ -646,7 +646,7 @@ TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled 
         asio::bind_cancellation_slot(signals[k]->slot(), [&, k](std::error_code ec, int) {
           ++*done[k];
           ++completions;
-          if (ec == asio::error::operation_aborted)
+          if (ec == coretry::test::operation_aborted)
             ++aborted;
         }));
   };

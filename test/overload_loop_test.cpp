@@ -122,7 +122,7 @@ TEST_CASE("a cancelled attempt is abandoned, not a failure, for the breaker") {
       io.get_executor(), [&] { return op(); }, p,
       asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec, int) {
         ++completions;
-        CHECK(ec == asio::error::operation_aborted);
+        CHECK(ec == coretry::test::operation_aborted);
       }));
   io.poll();
   REQUIRE(op.calls == 1);

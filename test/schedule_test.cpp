@@ -74,8 +74,8 @@ TEST_CASE("the schedule stops at once on a permanent error and on cancellation")
   p.retry_if = [](const std::error_code&) { return true; };
   schedule s2(p, 0ns);
   REQUIRE_FALSE(s2.begin_attempt(0ns));
-  CHECK(s2.after_failure({asio::error::operation_aborted}, 0ns).stop ==
-        asio::error::operation_aborted);
+  CHECK(s2.after_failure({coretry::test::operation_aborted}, 0ns).stop ==
+        coretry::test::operation_aborted);
 }
 
 TEST_CASE("a deadline already passed starts no attempt, counts none and charges nothing") {

@@ -91,7 +91,7 @@ void multi_driver::shutdown() {
   // What remains: our dup()s of libcurl's own descriptors, and of sockets libcurl closed
   // without the close callback. Every descriptor we watch is our own dup: close them all.
   for (auto& [fd, s] : sockets_) {
-    std::error_code ec;
+    coretry::detail::asio_error_code ec; // the out-parameter of Asio's own calls
     s->desc.close(ec);
     if (!s->foreign)
       open_.add(-1);
@@ -192,7 +192,7 @@ bool multi_driver::still_open(const socket_entry& s) noexcept {
 // belongs to someone else now; what we watch is our own dup(), which we close: that ends the
 // socket, and its epoll deregistration names our number, which nobody else can hold.
 void multi_driver::forget_closed(socket_table::iterator it) {
-  std::error_code ec;
+  coretry::detail::asio_error_code ec;
   it->second->desc.close(ec);
   sockets_.erase(it);
   open_.add(-1);
@@ -210,7 +210,7 @@ int multi_driver::on_socket(CURL*, curl_socket_t fd, int what, void* userp, void
       return 0;
     socket_entry& s = *it->second;
     s.want = 0;
-    std::error_code ec;
+    coretry::detail::asio_error_code ec;
     if (s.foreign) {
       s.desc.close(ec); // our dup() only; libcurl closes its own descriptor
       self->sockets_.erase(it);
@@ -226,7 +226,7 @@ int multi_driver::on_socket(CURL*, curl_socket_t fd, int what, void* userp, void
     if (copy < 0)
       return 0; // cannot watch it; libcurl's timeouts still drive the transfer
     auto s = std::make_unique<socket_entry>(self->ex_);
-    std::error_code ec;
+    coretry::detail::asio_error_code ec;
     s->desc.assign(copy, ec);
     if (ec) {
       ::close(copy);
@@ -275,7 +275,7 @@ curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_soc
     // A stale entry for a descriptor libcurl closed without telling us (the number was free for
     // socket() to return): close our dup of it.
     if (old->second->foreign) {
-      std::error_code ec;
+      coretry::detail::asio_error_code ec;
       old->second->desc.close(ec);
       self->sockets_.erase(old);
     } else {
@@ -291,7 +291,7 @@ curl_socket_t multi_driver::on_open_socket(void* clientp, curlsocktype, curl_soc
     return CURL_SOCKET_BAD;
   }
   auto s = std::make_unique<socket_entry>(self->ex_);
-  std::error_code ec;
+  coretry::detail::asio_error_code ec;
   s->desc.assign(copy, ec);
   if (ec) {
     ::close(copy);
@@ -316,7 +316,7 @@ int multi_driver::on_close_socket(void* clientp, curl_socket_t fd) {
   auto it = self->sockets_.find(fd);
   if (it == self->sockets_.end() || it->second->foreign)
     return ::close(fd);
-  std::error_code ec;
+  coretry::detail::asio_error_code ec;
   it->second->desc.close(ec); // cancels its waits and closes our dup
   self->sockets_.erase(it);
   self->open_.add(-1);

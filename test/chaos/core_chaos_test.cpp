@@ -102,9 +102,9 @@ struct completion_guard {
     if (rec->completions.fetch_add(1) != 0)
       stats->violations.fetch_add(1);
     *called = true;
-    const outcome o = !ec                                    ? outcome::success
-                      : ec == asio::error::operation_aborted ? outcome::cancelled
-                                                             : outcome::failure;
+    const outcome o = !ec                                      ? outcome::success
+                      : ec == coretry::test::operation_aborted ? outcome::cancelled
+                                                               : outcome::failure;
     stats->by_outcome[int(o)].fetch_add(1);
   }
 };
@@ -248,12 +248,12 @@ TEST_CASE("chaos: every operation completes exactly once, whatever happens aroun
                 auto r = co_await (coretry::retry_async(std::move(op), std::move(p)) ||
                                    t.async_wait(asio::use_awaitable));
                 if (r.index() == 1)
-                  ec = asio::error::operation_aborted; // the timer won: the retry was cancelled
+                  ec = coretry::test::operation_aborted; // the timer won: the retry was cancelled
               } catch (const std::system_error& e) {
                 ec = e.code();
               } catch (...) {
                 // || reports an outer cancellation as parallel_group's multiple_exceptions.
-                ec = asio::error::operation_aborted;
+                ec = coretry::test::operation_aborted;
               }
               g.complete(ec);
             },

@@ -76,9 +76,9 @@ struct handler_state {
       stats->double_completions.fetch_add(1);
     if (stats->torn_down.load())
       stats->late_completions.fetch_add(1);
-    const outcome o = !ec                                    ? outcome::success
-                      : ec == asio::error::operation_aborted ? outcome::cancelled
-                                                             : outcome::failure;
+    const outcome o = !ec                                      ? outcome::success
+                      : ec == coretry::test::operation_aborted ? outcome::cancelled
+                                                               : outcome::failure;
     stats->by_outcome[int(o)].fetch_add(1);
   }
   counters* stats;
@@ -267,12 +267,12 @@ TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destr
                 try {
                   auto r = co_await (std::move(a) || t.async_wait(asio::use_awaitable));
                   if (r.index() == 1)
-                    ec = asio::error::operation_aborted; // the timer won
+                    ec = coretry::test::operation_aborted; // the timer won
                 } catch (const std::system_error& e) {
                   ec = e.code();
                 } catch (...) {
                   state->stats->unexpected_exceptions.fetch_add(1);
-                  ec = asio::error::operation_aborted;
+                  ec = coretry::test::operation_aborted;
                 }
                 state->complete(ec);
               },

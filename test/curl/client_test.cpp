@@ -161,7 +161,7 @@ TEST_CASE("cancelling a transfer mid-body removes it and completes once with ope
   signal.emit(type);
   run_until(io, [&] { return completions == 1 && server.open_connections() == 0; });
   CHECK(completions == 1);
-  CHECK(result == asio::error::operation_aborted);
+  CHECK(result == coretry::test::operation_aborted);
   CHECK(c.stats().active_transfers == 0);
   CHECK(c.stats().pooled_handles == 1);
   CHECK(c.stats().open_connections == 0); // an unfinished connection is closed
@@ -185,7 +185,7 @@ TEST_CASE("cancelling through a coroutine's slot aborts the awaiting perform") {
   try {
     std::rethrow_exception(error);
   } catch (const std::system_error& e) {
-    CHECK(e.code() == asio::error::operation_aborted);
+    CHECK(e.code() == coretry::test::operation_aborted);
   }
   CHECK(c.stats().active_transfers == 0);
   CHECK(c.stats().open_connections == 0);
@@ -232,7 +232,7 @@ TEST_CASE("cancelling a queued request completes it without touching libcurl") {
   asio::post(io, [&] { asio::post(io, [&] { signal.emit(asio::cancellation_type::total); }); });
   run_until(io, [&] { return done == 2; });
   CHECK_FALSE(first);
-  CHECK(second == asio::error::operation_aborted);
+  CHECK(second == coretry::test::operation_aborted);
   CHECK(server.requests() == 1);
 }
 
@@ -247,7 +247,7 @@ TEST_CASE("destroying the client aborts transfers in flight and closes every con
     co_await c->perform(get(server.url())); // leaves one idle keep-alive connection
     for (int i = 0; i < 3; ++i)
       c->async_perform(get(server.url()), [&](std::error_code ec, response) {
-        if (ec == asio::error::operation_aborted)
+        if (ec == coretry::test::operation_aborted)
           ++aborted;
       });
   }());
@@ -635,7 +635,7 @@ TEST_CASE("no descriptor outlives the client, resolver socketpairs included") {
       co_await c.perform(get("http://" + host + ":" + std::to_string(server.port()) + "/"));
       for (int i = 0; i < 2; ++i)
         c.async_perform(get(server.url()), [&](std::error_code ec, response) {
-          aborted += ec == asio::error::operation_aborted;
+          aborted += ec == coretry::test::operation_aborted;
         });
     }());
     run_until(io, [&] { return server.requests() == 4; });
@@ -673,7 +673,7 @@ TEST_CASE("a client may be destroyed while other threads run its io_context") {
       for (std::size_t i = 0; i < calls.size(); ++i)
         c.async_perform(get(server.url()), [&, i](std::error_code ec, response) {
           ++calls[i];
-          aborted += ec == asio::error::operation_aborted;
+          aborted += ec == coretry::test::operation_aborted;
         });
       // Destroy while bodies stream in: socket and timer handlers are running on t1 and t2.
       // The short sleep only varies the moment; nothing asserted depends on it.

@@ -39,4 +39,7 @@ inline constexpr auto deferred = asio::deferred;
 inline constexpr auto deferred = asio::experimental::deferred;
 #endif
 
+/// Asio's `operation_aborted` as a `std::error_code`, comparable with either flavour's codes.
+inline const std::error_code operation_aborted = coretry::detail::aborted_error();
+
 } // namespace coretry::test

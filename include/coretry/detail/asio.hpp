@@ -139,8 +139,9 @@ inline asio_error_code to_asio_error(const std::error_code& ec) noexcept {
   return ec;
 }
 
-/// `asio::error::operation_aborted` as a `std::error_code` (in both flavours ECANCELED in
-/// `std::system_category()`: Boost.System maps its system category onto the standard one).
+/// `asio::error::operation_aborted` as a `std::error_code`: ECANCELED in standalone Asio's system
+/// category, or in `std::system_category()` with Boost.Asio (Boost.System maps its system category
+/// onto the standard one).
 inline std::error_code aborted_error() noexcept {
   return std::error_code(asio_error_code(asio::error::operation_aborted));
 }
