@@ -211,7 +211,8 @@ public:
 
   /// Performs `req` and reports the response.
   ///
-  /// Completion signature: `void(std::error_code, response)`. The error is empty for every
+  /// Completion signature: `void(std::error_code, response)` (`boost::system::error_code` with
+  /// Boost.Asio). The error is empty for every
   /// complete HTTP response, whatever its status; otherwise it is a transport error in
   /// `curl_category()` (see `errc`) or `asio::error::operation_aborted`. The handler is invoked
   /// exactly once, through its associated executor, never from inside this call.

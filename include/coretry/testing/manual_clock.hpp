@@ -161,7 +161,8 @@ public:
   }
   std::size_t cancel() { return manual_clock::cancel_owner(this); }
 
-  /// Completion signature void(std::error_code); terminal/partial/total cancellation supported.
+  /// Completion signature void(error_code), Asio's error_code (`boost::system::error_code` with
+  /// Boost.Asio); terminal/partial/total cancellation supported.
   template <class WaitToken> auto async_wait(WaitToken&& token) {
     return asio::async_initiate<WaitToken, void(coretry::detail::asio_error_code)>(
         [self = this](auto handler) { self->start(std::move(handler)); }, token);
