@@ -76,7 +76,7 @@ struct chaos_op {
       co_return std::tuple{make_error_code(std::errc::permission_denied), 0};
     asio::steady_timer t(co_await asio::this_coro::executor, 1h);
     auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
-    co_return std::tuple{ec ? ec : make_error_code(std::errc::timed_out), 0};
+    co_return std::tuple{ec ? std::error_code(ec) : make_error_code(std::errc::timed_out), 0};
   }
 };
 

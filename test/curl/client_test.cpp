@@ -319,7 +319,7 @@ TEST_CASE("host names go through libcurl's threaded resolver") {
   bool loopback = false;
   {
     asio::ip::tcp::resolver resolver(io);
-    std::error_code ec;
+    coretry::test::error_code ec;
     for (const auto& e : resolver.resolve(asio::ip::tcp::v4(), name, "80", ec))
       loopback = loopback || e.endpoint().address() == asio::ip::make_address("127.0.0.1");
   }

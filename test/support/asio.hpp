@@ -39,6 +39,10 @@ inline constexpr auto deferred = asio::deferred;
 inline constexpr auto deferred = asio::experimental::deferred;
 #endif
 
+/// The out-parameter of Asio's synchronous calls: `std::error_code`, or
+/// `boost::system::error_code` with Boost.Asio.
+using error_code = coretry::detail::asio_error_code;
+
 /// Asio's `operation_aborted` as a `std::error_code`, comparable with either flavour's codes.
 inline const std::error_code operation_aborted = coretry::detail::aborted_error();
 

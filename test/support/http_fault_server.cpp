@@ -148,7 +148,7 @@ struct http_fault_server::state : std::enable_shared_from_this<state> {
       const std::size_t index = log.size();
       log.push_back(req);
       http_action a = next(index, log.back());
-      std::error_code ignored;
+      coretry::test::error_code ignored;
       switch (a.what) {
       case http_action::kind::reset:
         sock->set_option(asio::socket_base::linger(true, 0), ignored);
@@ -275,7 +275,7 @@ void http_fault_server::stop() {
   if (state_->stopped)
     return;
   state_->stopped = true;
-  std::error_code ignored;
+  coretry::test::error_code ignored;
   state_->acceptor.close(ignored);
   for (auto& w : state_->sockets)
     if (auto s = w.lock())

@@ -60,6 +60,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
 
 #else
 
@@ -150,6 +151,17 @@ inline std::error_code aborted_error() noexcept {
 inline bool is_aborted(const std::error_code& ec) noexcept {
   return ec == aborted_error();
 }
+
+/// What Asio throws for an error code: `std::system_error`, or with Boost.Asio
+/// `boost::system::system_error` (not derived from it), which code catching the former must also
+/// catch, as `asio_system_error`.
+#if CORETRY_ASIO_BOOST
+using asio_system_error = ::boost::system::system_error;
+#define CORETRY_ASIO_DISTINCT_SYSTEM_ERROR 1
+#else
+using asio_system_error = std::system_error;
+#define CORETRY_ASIO_DISTINCT_SYSTEM_ERROR 0
+#endif
 
 /// `as_tuple(token)`: Asio's own from 1.24 (Boost 1.80), `experimental::as_tuple` before.
 template <class CompletionToken> constexpr auto as_tuple(CompletionToken&& token) {

@@ -318,6 +318,10 @@ private:
       }
     } catch (const std::system_error& e) {
       out.error = e.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+    } catch (const asio_system_error& e) {
+      out.error = e.code();
+#endif
     } catch (...) {
       out.exception = std::current_exception();
     }

@@ -251,6 +251,10 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
         }
       } catch (const std::system_error& e) {
         result.error = e.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+      } catch (const asio_system_error& e) {
+        result.error = e.code();
+#endif
       } catch (...) {
         result.exception = std::current_exception();
       }
@@ -359,6 +363,9 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
       }
     } catch (const std::system_error&) {
       // Awaiting in a coroutine already cancelled throws; the top of the loop sees why.
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+    } catch (const asio_system_error&) {
+#endif
     } catch (...) {
       exit::thrown(result, stats, std::current_exception());
       break;

@@ -66,6 +66,10 @@ template <class T> void absorb(loop_result<T>& r, std::exception_ptr e) {
     std::rethrow_exception(e);
   } catch (const std::system_error& error) {
     r.error = error.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+  } catch (const asio_system_error& error) {
+    r.error = error.code();
+#endif
   } catch (...) {
     r.error = errc::unexpected_exception;
     r.exception = std::current_exception();
