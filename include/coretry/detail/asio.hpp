@@ -18,22 +18,29 @@
 #define CORETRY_ASIO_BOOST 0
 #endif
 
+// #error cannot expand a macro; the #pragma message before each one shows the version found.
+#define CORETRY_ASIO_STR2(x) #x
+#define CORETRY_ASIO_STR(x) CORETRY_ASIO_STR2(x)
+
 #if CORETRY_ASIO_BOOST
 
 #include <boost/asio/version.hpp>
 #include <boost/version.hpp>
 #if BOOST_VERSION < 108100
-#error                                                                                             \
-    "coretry needs Boost.Asio from Boost 1.81 or later (per-operation cancellation of Asio 1.26); found BOOST_VERSION " BOOST_LIB_VERSION
+#pragma message("coretry: found Boost " BOOST_LIB_VERSION                                          \
+                " (BOOST_VERSION " CORETRY_ASIO_STR(BOOST_VERSION) ")")
+#error "coretry needs Boost.Asio from Boost 1.81 or later (per-operation cancellation of Asio 1.26)"
 #endif
 #if BOOST_ASIO_VERSION / 100 > 1038 && !defined(CORETRY_ASIO_UNTESTED)
+#pragma message("coretry: found BOOST_ASIO_VERSION " CORETRY_ASIO_STR(BOOST_ASIO_VERSION))
 #error                                                                                             \
-    "coretry is tested with Boost.Asio up to Asio 1.38; this Boost carries a newer BOOST_ASIO_VERSION (define CORETRY_ASIO_UNTESTED to try it)"
+    "coretry is tested with Boost.Asio up to Asio 1.38 (define CORETRY_ASIO_UNTESTED to try a newer one)"
 #endif
 #if defined(CORETRY_ASIO_CONFIGURED_VERSION) &&                                                    \
     BOOST_ASIO_VERSION / 100 != CORETRY_ASIO_CONFIGURED_VERSION / 100
-#error                                                                                             \
-    "coretry was configured against another Boost.Asio than the one this unit includes (compare BOOST_ASIO_VERSION with CORETRY_ASIO_CONFIGURED_VERSION in coretry/detail/asio_config.hpp)"
+#pragma message("coretry: found BOOST_ASIO_VERSION " CORETRY_ASIO_STR(                             \
+    BOOST_ASIO_VERSION) ", configured with " CORETRY_ASIO_STR(CORETRY_ASIO_CONFIGURED_VERSION))
+#error "coretry was configured against another Boost.Asio than the one this unit includes"
 #endif
 
 #include <boost/asio/any_io_executor.hpp>
@@ -66,16 +73,19 @@
 
 #include <asio/version.hpp>
 #if ASIO_VERSION < 102201
-#error "coretry needs standalone Asio 1.22.1 or later; found an older ASIO_VERSION"
+#pragma message("coretry: found ASIO_VERSION " CORETRY_ASIO_STR(ASIO_VERSION))
+#error "coretry needs standalone Asio 1.22.1 (ASIO_VERSION 102201) or later"
 #endif
 #if ASIO_VERSION / 100 > 1038 && !defined(CORETRY_ASIO_UNTESTED)
+#pragma message("coretry: found ASIO_VERSION " CORETRY_ASIO_STR(ASIO_VERSION))
 #error                                                                                             \
-    "coretry is tested with standalone Asio up to 1.38; found a newer ASIO_VERSION (define CORETRY_ASIO_UNTESTED to try it)"
+    "coretry is tested with standalone Asio up to 1.38 (define CORETRY_ASIO_UNTESTED to try a newer one)"
 #endif
 #if defined(CORETRY_ASIO_CONFIGURED_VERSION) &&                                                    \
     ASIO_VERSION / 100 != CORETRY_ASIO_CONFIGURED_VERSION / 100
-#error                                                                                             \
-    "coretry was configured against another Asio than the one this unit includes (compare ASIO_VERSION with CORETRY_ASIO_CONFIGURED_VERSION in coretry/detail/asio_config.hpp)"
+#pragma message("coretry: found ASIO_VERSION " CORETRY_ASIO_STR(                                   \
+    ASIO_VERSION) ", configured with " CORETRY_ASIO_STR(CORETRY_ASIO_CONFIGURED_VERSION))
+#error "coretry was configured against another Asio than the one this unit includes"
 #endif
 
 #include <asio/any_io_executor.hpp>
