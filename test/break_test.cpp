@@ -196,7 +196,7 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
           io.restart();
           // use_future completes through the system executor: maybe on another thread, later.
           REQUIRE(f.wait_for(10s) == std::future_status::ready);
-          CHECK_THROWS_AS(f.get(), std::system_error);
+          CHECK_THROWS_AS(f.get(), coretry::test::system_error);
         }
 #endif
         // 3. bound slot (always controlled).

@@ -43,6 +43,10 @@ inline constexpr auto deferred = asio::experimental::deferred;
 /// `boost::system::error_code` with Boost.Asio.
 using error_code = coretry::detail::asio_error_code;
 
+/// What a token's `use_future` or `use_awaitable` throws for an error: `std::system_error`, or
+/// `boost::system::system_error` with Boost.Asio.
+using system_error = coretry::detail::asio_system_error;
+
 /// Asio's `operation_aborted` as a `std::error_code`, comparable with either flavour's codes.
 inline const std::error_code operation_aborted = coretry::detail::aborted_error();
 

@@ -325,6 +325,9 @@ private:
     } catch (...) {
       out.exception = std::current_exception();
     }
+    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+    // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
+    co_await asio::this_coro::throw_if_cancelled(false);
     s->attempt_done(*sl, std::move(out));
   }
 

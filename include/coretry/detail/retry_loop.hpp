@@ -372,8 +372,13 @@ retry_loop(Op op, Policy held, retry_stats* stats, Control control) {
     }
   }
 
-  if constexpr (controlled)
+  if constexpr (controlled) {
     control->disarm();
+    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+    // posts once and lets that post throw, out of io_context::run, if the operation was cancelled.
+    // Nothing awaits after this point; 1.38's co_spawn does the same itself.
+    co_await asio::this_coro::throw_if_cancelled(false);
+  }
   if (stats)
     stats->elapsed = read_clock<clock>(clocked) - start;
 
