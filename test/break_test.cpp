@@ -231,7 +231,7 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
                   co_await coretry::async_retry(co_await asio::this_coro::executor, op, policy(),
                                                 asio::use_awaitable);
                   threw.push_back(false);
-                } catch (const std::system_error& e) {
+                } catch (const coretry::test::system_error& e) {
                   codes.push_back(e.code());
                   threw.push_back(true);
                 }
