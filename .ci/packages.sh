@@ -17,5 +17,6 @@ coretry_install_packages() {
 # pkg-config: the package consumer test; doxygen: the API reference (docs/Doxyfile).
 # nginx-light and openssl: the nginx integration tests; clang-14, clang (for clang++) and
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes): the fuzz targets, built and run by .ci/fuzz.
+# libboost1.81-dev: the Boost.Asio flavour (the tsan build).
 CORETRY_PACKAGES=(cmake make g++ pkg-config doxygen libasio-dev libcurl4-openssl-dev doctest-dev gnuplot-nox
-  nginx-light openssl clang-14 clang libclang-rt-14-dev)
+  nginx-light openssl clang-14 clang libclang-rt-14-dev libboost1.81-dev)

@@ -1,5 +1,5 @@
 # Finds standalone Asio (Debian: libasio-dev) and provides the imported target Asio::Asio.
-find_path(Asio_INCLUDE_DIR NAMES asio.hpp)
+find_path(Asio_INCLUDE_DIR NAMES asio.hpp HINTS ${CORETRY_ASIO_INCLUDE_DIR})
 if(Asio_INCLUDE_DIR AND EXISTS "${Asio_INCLUDE_DIR}/asio/version.hpp")
   file(STRINGS "${Asio_INCLUDE_DIR}/asio/version.hpp" _asio_version_line REGEX "#define ASIO_VERSION ")
   string(REGEX MATCH "[0-9]+" _asio_version "${_asio_version_line}")

@@ -1,6 +1,5 @@
+#include <coretry/detail/asio.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/error.hpp>
 
 #include <stdexcept>
 #include <string>
@@ -9,7 +8,7 @@
 namespace coretry {
 
 bool default_retry_if(const std::error_code& ec) noexcept {
-  return ec != asio::error::operation_aborted && ec != errc::cancelled;
+  return !coretry::detail::is_aborted(ec) && ec != errc::cancelled;
 }
 
 bool default_throttle_if(const std::error_code& ec) noexcept {

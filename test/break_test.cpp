@@ -9,23 +9,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/system_executor.hpp>
-#include <asio/thread_pool.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -72,7 +57,7 @@ TEST_CASE("break: the caller's slot emitted from inside on_retry stops the opera
   io.restart();
   io.poll();
   CHECK(completions == 1);
-  CHECK(error == asio::error::operation_aborted);
+  CHECK(error == coretry::test::operation_aborted);
   CHECK(op.calls == 1);
 }
 
@@ -99,7 +84,7 @@ TEST_CASE("break: the caller's slot emitted from inside an attempt, before it su
       }));
   CHECK(drive(io, [&] { return completions > 0; }));
   CHECK(completions == 1);
-  CHECK(error == asio::error::operation_aborted);
+  CHECK(error == coretry::test::operation_aborted);
   CHECK(calls == 1);
 }
 
@@ -211,7 +196,7 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
           io.restart();
           // use_future completes through the system executor: maybe on another thread, later.
           REQUIRE(f.wait_for(10s) == std::future_status::ready);
-          CHECK_THROWS_AS(f.get(), std::system_error);
+          CHECK_THROWS_AS(f.get(), coretry::test::system_error);
         }
 #endif
         // 3. bound slot (always controlled).
@@ -246,15 +231,15 @@ TEST_CASE("break: a throwing predicate, hook or factory completes every front en
                   co_await coretry::async_retry(co_await asio::this_coro::executor, op, policy(),
                                                 asio::use_awaitable);
                   threw.push_back(false);
-                } catch (const std::system_error& e) {
+                } catch (const coretry::test::system_error& e) {
                   codes.push_back(e.code());
                   threw.push_back(true);
                 }
                 ++n;
                 *op.calls = 0;
-                auto [e2, v2] = co_await coretry::async_retry(
-                    co_await asio::this_coro::executor, op, policy(),
-                    asio::experimental::as_tuple(asio::use_awaitable));
+                auto [e2, v2] =
+                    co_await coretry::async_retry(co_await asio::this_coro::executor, op, policy(),
+                                                  coretry::detail::as_tuple(asio::use_awaitable));
                 (void)v2;
                 codes.push_back(e2);
                 ++n;
@@ -421,7 +406,7 @@ TEST_CASE("break: a group cancel at the instant an attempt times out, on a 2-thr
           strand, hang_on_steady_timer, p,
           asio::bind_cancellation_slot(signals.back()->slot(), [&](std::error_code e, int) {
             calls.fetch_add(1);
-            if (e != asio::error::operation_aborted && e != coretry::errc::attempt_timeout)
+            if (e != coretry::test::operation_aborted && e != coretry::errc::attempt_timeout)
               bad.fetch_add(1);
           }));
     }
@@ -637,7 +622,7 @@ struct counted {
   std::shared_ptr<std::atomic<int>> aborted = std::make_shared<std::atomic<int>>(0);
   void operator()(std::error_code e, int) const {
     calls->fetch_add(1);
-    if (e == asio::error::operation_aborted)
+    if (e == coretry::test::operation_aborted)
       aborted->fetch_add(1);
   }
 };
@@ -788,7 +773,7 @@ TEST_CASE("break-batch: a completion run inline by the batch cancels again, star
   for (int i = 0; i < n; ++i)
     coretry::async_retry(io.get_executor(), fail_now, p, [&](std::error_code e, int) {
       calls.fetch_add(1);
-      CHECK(e == asio::error::operation_aborted);
+      CHECK(e == coretry::test::operation_aborted);
       if (source) {
         CHECK_FALSE(source->cancel());
         source.reset();

@@ -1,17 +1,10 @@
 #include <coretry/cancellation.hpp>
 #include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
-#include <coretry/testing/manual_clock.hpp>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -67,10 +60,10 @@ TEST_CASE("a bound cancellation slot stops the operation during an attempt") {
     io.restart();
     io.run();
     CHECK(log.completions == 1);
-    CHECK(log.error == asio::error::operation_aborted);
+    CHECK(log.error == coretry::test::operation_aborted);
     CHECK(op.calls == 1); // never retried
     CHECK(op.aborted == 1);
-    CHECK(stats.reason == asio::error::operation_aborted);
+    CHECK(stats.reason == coretry::test::operation_aborted);
     CHECK(manual_clock::pending() == 0);
     CHECK(manual_clock::elapsed() == 0ms); // promptly: no clock advance needed
   }
@@ -92,7 +85,7 @@ TEST_CASE("a bound cancellation slot stops the operation during a sleep") {
   io.restart();
   io.run();
   CHECK(log.completions == 1);
-  CHECK(log.error == asio::error::operation_aborted);
+  CHECK(log.error == coretry::test::operation_aborted);
   CHECK(op.calls == 1);
   CHECK(manual_clock::pending() == 0);
   // Emitting again after completion does nothing.
@@ -162,10 +155,10 @@ TEST_CASE("a group token cancels every operation, in attempts and in sleeps") {
   io.run();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     CHECK(logs[i].completions == 1);
-    CHECK(logs[i].error == asio::error::operation_aborted);
+    CHECK(logs[i].error == coretry::test::operation_aborted);
     CHECK(ops[i].calls == 1);
   }
-  CHECK(coro_error == asio::error::operation_aborted);
+  CHECK(coro_error == coretry::test::operation_aborted);
   CHECK(manual_clock::pending() == 0);
   CHECK(manual_clock::elapsed() == 0ms);
 }
@@ -184,7 +177,7 @@ TEST_CASE("an operation started with a cancelled token never runs an attempt") {
       io.get_executor(), [&] { return op(); }, policy, stats, log.handler());
   io.run();
   CHECK(log.completions == 1);
-  CHECK(log.error == asio::error::operation_aborted);
+  CHECK(log.error == coretry::test::operation_aborted);
   CHECK(op.calls == 0);
   CHECK(stats.reason == coretry::errc::cancelled);
 }
@@ -218,7 +211,7 @@ TEST_CASE("a token cancels operations on a multi-threaded io_context from anothe
         policy,
         [&, i](std::error_code ec, int) {
           per_op[static_cast<std::size_t>(i)].fetch_add(1);
-          if (ec == asio::error::operation_aborted)
+          if (ec == coretry::test::operation_aborted)
             aborted.fetch_add(1);
           completions.fetch_add(1);
         });
@@ -280,11 +273,11 @@ TEST_CASE("an on_retry hook may cancel its own group: it and its peers stop at o
       io.get_executor(), [&] { return op(); }, policy, stats, log.handler());
   io.run();
   CHECK(log.completions == 1);
-  CHECK(log.error == asio::error::operation_aborted);
+  CHECK(log.error == coretry::test::operation_aborted);
   CHECK(op.calls == 1);
   CHECK(stats.reason == coretry::errc::cancelled);
   CHECK(peer_log.completions == 1);
-  CHECK(peer_log.error == asio::error::operation_aborted);
+  CHECK(peer_log.error == coretry::test::operation_aborted);
   CHECK(peer.calls == 1);
   CHECK(manual_clock::pending() == 0);
   CHECK(manual_clock::elapsed() == 0ms);

@@ -1,13 +1,8 @@
 #include <coretry/retry.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/strand.hpp>
-#include <asio/thread_pool.hpp>
-#include <asio/use_future.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -8,20 +8,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/fake_gate.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/thread_pool.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -88,7 +76,7 @@ struct hedged_op {
     peak = std::max(peak, ++running);
     manual_timer t(co_await asio::this_coro::executor);
     t.expires_after(p.hang ? std::chrono::nanoseconds(1h) : p.after);
-    auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
     --running;
     if (ec) {
       ++records[i].cancelled;
@@ -319,8 +307,8 @@ TEST_CASE("cancelling the caller's slot during hedges completes once with operat
   drive(io, [&] { return r.completions > 0; });
   drive(io, [] { return false; });
   CHECK(r.completions == 1);
-  CHECK(r.error == asio::error::operation_aborted);
-  CHECK(stats.reason == asio::error::operation_aborted);
+  CHECK(r.error == coretry::test::operation_aborted);
+  CHECK(stats.reason == coretry::test::operation_aborted);
   CHECK(op.records.size() == 3);
   CHECK(op.cancelled() == 3);
   CHECK(op.each_ended_once());
@@ -351,7 +339,7 @@ TEST_CASE("the policy's group token cancels every attempt, and a late cancel cha
   drive(io, [&] { return r.completions > 0; });
   drive(io, [] { return false; });
   CHECK(r.completions == 1);
-  CHECK(r.error == asio::error::operation_aborted);
+  CHECK(r.error == coretry::test::operation_aborted);
   CHECK(stats.reason == coretry::errc::cancelled);
   CHECK(op.cancelled() == 2);
   CHECK(op.each_ended_once());
@@ -369,7 +357,7 @@ TEST_CASE("the policy's group token cancels every attempt, and a late cancel cha
     CHECK(r2.completions == 0); // never inline
     drive(io, [] { return false; });
     CHECK(r2.completions == 1);
-    CHECK(r2.error == asio::error::operation_aborted);
+    CHECK(r2.error == coretry::test::operation_aborted);
     CHECK(op2.records.empty());
   }
 }
@@ -658,7 +646,7 @@ TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled 
         asio::bind_cancellation_slot(signals[k]->slot(), [&, k](std::error_code ec, int) {
           ++*done[k];
           ++completions;
-          if (ec == asio::error::operation_aborted)
+          if (ec == coretry::test::operation_aborted)
             ++aborted;
         }));
   };

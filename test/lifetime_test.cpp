@@ -6,12 +6,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_future.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -74,7 +70,7 @@ TEST_CASE("a group cancel racing operations that are starting completes every on
       CHECK_NOTHROW(coretry::async_retry(io.get_executor(), hang_on_steady_timer, policy,
                                          [&](std::error_code ec, int) {
                                            calls.fetch_add(1);
-                                           CHECK(ec == asio::error::operation_aborted);
+                                           CHECK(ec == coretry::test::operation_aborted);
                                          }));
     }
     canceller.join();
@@ -119,7 +115,7 @@ TEST_CASE("a source that outlives an io_context destroyed with operations pendin
   CHECK(source.cancel()); // touches no freed operation (ASan checks this)
   io2.run();
   CHECK(second.calls->load() == 1);
-  CHECK(*second.error == asio::error::operation_aborted);
+  CHECK(*second.error == coretry::test::operation_aborted);
   CHECK(handler.calls->load() == 0);
 }
 
@@ -283,7 +279,7 @@ TEST_CASE("a group cancel over many contexts reaches each once, and one that die
       CHECK(handlers[k].calls->load() == 0);
     } else {
       CHECK(handlers[k].calls->load() == 1);
-      CHECK(*handlers[k].error == asio::error::operation_aborted);
+      CHECK(*handlers[k].error == coretry::test::operation_aborted);
     }
   }
 }

@@ -16,11 +16,7 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
+#include <support/asio.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -139,8 +135,8 @@ expectation model(const scenario& s) {
     return e;
   };
   auto aborted = [&] {
-    e.reason = asio::error::operation_aborted;
-    e.error = asio::error::operation_aborted;
+    e.reason = coretry::test::operation_aborted;
+    e.error = coretry::test::operation_aborted;
     e.end = cancel;
     return e;
   };
@@ -359,14 +355,14 @@ std::string run_one(std::uint64_t seed) {
       for (auto st : starts)
         check(st < nanoseconds(*s.deadline), "an attempt started at or past the deadline");
       check(ended <= nanoseconds(*s.deadline) ||
-                (s.cancel_at && got == asio::error::operation_aborted && ended <= *s.cancel_at),
+                (s.cancel_at && got == coretry::test::operation_aborted && ended <= *s.cancel_at),
             "completed after the deadline");
     }
     if (!want.ambiguous) {
       check(got == want.error, "error " + got.message() + ", model says " + want.error.message());
       if (want.error)
-        check(stats.reason == want.reason || (want.reason == asio::error::operation_aborted &&
-                                              stats.reason == asio::error::operation_aborted),
+        check(stats.reason == want.reason || (want.reason == coretry::test::operation_aborted &&
+                                              stats.reason == coretry::test::operation_aborted),
               "reason " + stats.reason.message() + ", model says " + want.reason.message());
       check(starts == want.starts, "attempt start times differ from the model's");
       check(ended == want.end, "completed at " + std::to_string(ended.count()) +

@@ -6,13 +6,7 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/strand.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
+#include <support/asio.hpp>
 
 #include <chrono>
 #include <memory>

@@ -6,12 +6,9 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/fake_gate.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/io_context.hpp>
 
 #include <chrono>
 #include <deque>
@@ -125,7 +122,7 @@ TEST_CASE("a cancelled attempt is abandoned, not a failure, for the breaker") {
       io.get_executor(), [&] { return op(); }, p,
       asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec, int) {
         ++completions;
-        CHECK(ec == asio::error::operation_aborted);
+        CHECK(ec == coretry::test::operation_aborted);
       }));
   io.poll();
   REQUIRE(op.calls == 1);

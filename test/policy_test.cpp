@@ -2,8 +2,7 @@
 #include <coretry/policy.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/error.hpp>
+#include <support/asio.hpp>
 
 #include <stdexcept>
 #include <string>
@@ -37,7 +36,7 @@ TEST_CASE("an invalid policy names the field and its value") {
 TEST_CASE("the default predicate retries everything but cancellation") {
   CHECK(coretry::default_retry_if(make_error_code(std::errc::connection_refused)));
   CHECK(coretry::default_retry_if(coretry::errc::attempt_timeout));
-  CHECK_FALSE(coretry::default_retry_if(asio::error::operation_aborted));
+  CHECK_FALSE(coretry::default_retry_if(coretry::test::operation_aborted));
   CHECK_FALSE(coretry::default_retry_if(coretry::errc::cancelled));
 }
 

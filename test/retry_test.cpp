@@ -2,12 +2,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/io_context.hpp>
-#include <asio/use_future.hpp>
 
 #include <memory>
 #include <optional>
@@ -453,7 +449,7 @@ TEST_CASE("async_retry works with callbacks, as_tuple and use_future") {
         auto ex = co_await asio::this_coro::executor;
         auto [e, v] = co_await coretry::async_retry<manual_timer>(
             ex, [&] { return in_coro(); }, no_jitter(2, 1ms),
-            asio::experimental::as_tuple(asio::use_awaitable));
+            coretry::detail::as_tuple(asio::use_awaitable));
         tuple_ec = e;
         CHECK(v == 0);
       },

@@ -5,13 +5,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/test_ops.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/io_context.hpp>
-#include <asio/use_future.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -79,8 +74,8 @@ TEST_CASE("the schedule stops at once on a permanent error and on cancellation")
   p.retry_if = [](const std::error_code&) { return true; };
   schedule s2(p, 0ns);
   REQUIRE_FALSE(s2.begin_attempt(0ns));
-  CHECK(s2.after_failure({asio::error::operation_aborted}, 0ns).stop ==
-        asio::error::operation_aborted);
+  CHECK(s2.after_failure({coretry::test::operation_aborted}, 0ns).stop ==
+        coretry::test::operation_aborted);
 }
 
 TEST_CASE("a deadline already passed starts no attempt, counts none and charges nothing") {

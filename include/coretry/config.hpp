@@ -9,15 +9,8 @@
 /// `std::aligned_alloc` (`ASIO_HAS_STD_ALIGNED_ALLOC`): the one Asio makes whenever a standard
 /// header precedes it, and always from Asio 1.3x and in Boost.Asio. Asio 1.22 makes the other
 /// one when it is included before any standard header; this header includes one first, and
-/// refuses to compile a unit that already included Asio with the other choice.
+/// refuses to compile a unit that already included Asio with the other choice. The check lives in
+/// <coretry/detail/asio.hpp>, the one header that names an Asio; with Boost.Asio there is no
+/// choice to make.
 
-// The standard header must come first: clang-format would sort it after the Asio one.
-// clang-format off
-#include <cstddef> // libstdc++'s _GLIBCXX_HAVE_ALIGNED_ALLOC, before Asio's configuration reads it
-
-#include <asio/detail/config.hpp>
-
-#if defined(_GLIBCXX_HAVE_ALIGNED_ALLOC) && !defined(ASIO_HAS_STD_ALIGNED_ALLOC)
-#error "coretry: this unit's Asio allocates with ::operator new, coretry's library with std::aligned_alloc, and memory crosses between them (ASan: alloc-dealloc-mismatch). Either <asio/...> was included before any standard header (Asio 1.22 then chooses ::operator new) or ASIO_DISABLE_STD_ALIGNED_ALLOC is defined. Compile with -DASIO_HAS_STD_ALIGNED_ALLOC=1 (the coretry::coretry CMake target and `pkg-config --cflags coretry` add it), or include a coretry header before Asio's, and do not define ASIO_DISABLE_STD_ALIGNED_ALLOC."
-#endif
-// clang-format on
+#include <coretry/detail/asio.hpp>

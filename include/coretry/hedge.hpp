@@ -52,12 +52,8 @@
 /// caller's own when its executor is a strand, else a new strand of it. The call may be made
 /// from any thread, and cancellation may come from any thread.
 
-#include <coretry/config.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <chrono>
 #include <exception>

@@ -33,13 +33,9 @@
 /// `now()`; `coretry::testing::manual_timer` (coretry/testing/manual_clock.hpp) runs the loop
 /// on a clock that a test moves.
 
-#include <coretry/config.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <utility>
 
@@ -76,9 +72,11 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 
 /// Retries `op` under `policy` (a `retry_policy` or a `shared_policy`) on `executor`, reporting
 /// through any completion token (callbacks, `use_future`, `use_awaitable`,
-/// `experimental::as_tuple(...)`, ...).
+/// `as_tuple(...)`, ...).
 ///
-/// Completion signature: `void(std::error_code, T)`, or `void(std::error_code)` when `T` is
+/// Completion signature (with Boost.Asio, `boost::system::error_code` in place of
+/// `std::error_code` here and in every token-based coretry operation: docs/asio.md):
+/// `void(std::error_code, T)`, or `void(std::error_code)` when `T` is
 /// `void`, or `void(std::error_code, std::optional<T>)` when `T` is not default constructible
 /// (empty with an error). The error is empty on success and when the last result is returned
 /// after rejected results; otherwise the final error (see `final_error`),

@@ -4,10 +4,7 @@
 // serialization rule).
 
 #include <coretry/curl/client.hpp>
-
-#include <asio/error.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/post.hpp>
+#include <coretry/detail/asio.hpp>
 
 #include <curl/curl.h>
 
@@ -34,7 +31,7 @@ void submit(const std::shared_ptr<client_impl>& impl, std::shared_ptr<transfer> 
   asio::post(impl->executor_, [impl, t = std::move(t)]() mutable {
     std::lock_guard lock(impl->mutex_);
     if (t->cancel_requested) {
-      impl->finish(std::move(t), asio::error::operation_aborted);
+      impl->finish(std::move(t), coretry::detail::aborted_error());
       return;
     }
     impl->start_or_queue(std::move(t));
@@ -59,7 +56,7 @@ void cancel_hook::operator()(asio::cancellation_type) const {
 asio::awaitable<response> perform_throwing(std::shared_ptr<client_impl> impl,
                                            asio::any_io_executor fallback, request req) {
   auto [ec, r] = co_await async_perform_on(std::move(impl), fallback, std::move(req),
-                                           asio::experimental::as_tuple(asio::use_awaitable));
+                                           coretry::detail::as_tuple(asio::use_awaitable));
   if (ec) {
     if (r.error_detail.empty())
       throw std::system_error(ec);

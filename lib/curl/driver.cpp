@@ -16,9 +16,7 @@
 #include "driver.hpp"
 
 #include <coretry/curl/error.hpp>
-
-#include <asio/error.hpp>
-#include <asio/post.hpp>
+#include <coretry/detail/asio.hpp>
 
 #include <chrono>
 #include <system_error>
@@ -96,7 +94,7 @@ void multi_driver::shutdown() {
   // What remains: our dup()s of libcurl's own descriptors, and of sockets libcurl closed
   // without the close callback. Every descriptor we watch is our own dup: close them all.
   for (auto& [fd, s] : sockets_) {
-    std::error_code ec;
+    coretry::detail::asio_error_code ec; // the out-parameter of Asio's own calls
     s->desc.close(ec);
     if (!s->foreign)
       open_.add(-1);
@@ -189,7 +187,7 @@ void multi_driver::on_wait(curl_socket_t fd, std::uint64_t id, bool write, std::
   socket_entry& s = *it->second;
   (write ? s.writing : s.reading) = false;
   const int direction = write ? CURL_POLL_OUT : CURL_POLL_IN;
-  if (ec == asio::error::operation_aborted || (s.want & direction) == 0) {
+  if (coretry::detail::is_aborted(ec) || (s.want & direction) == 0) {
     arm(s); // cancelled by a CURL_POLL_REMOVE or a change of interest: re-arm what is wanted
     return;
   }
@@ -231,7 +229,7 @@ bool multi_driver::still_open(const socket_entry& s) noexcept {
 // belongs to someone else now; what we watch is our own dup(), which we close: that ends the
 // socket, and its epoll deregistration names our number, which nobody else can hold.
 void multi_driver::forget_closed(socket_table::iterator it) {
-  std::error_code ec;
+  coretry::detail::asio_error_code ec;
   it->second->desc.close(ec);
   sockets_.erase(it);
   open_.add(-1);
@@ -270,7 +268,7 @@ int multi_driver::socket_changed(curl_socket_t fd, int what) {
       return 0;
     socket_entry& s = *it->second;
     s.want = 0;
-    std::error_code ec;
+    coretry::detail::asio_error_code ec;
     if (s.foreign) {
       s.desc.close(ec); // our dup() only; libcurl closes its own descriptor
       self->sockets_.erase(it);
@@ -286,7 +284,7 @@ int multi_driver::socket_changed(curl_socket_t fd, int what) {
     if (copy < 0)
       return 0; // cannot watch it; libcurl's timeouts still drive the transfer
     auto s = std::make_unique<socket_entry>(self->ex_);
-    std::error_code ec;
+    coretry::detail::asio_error_code ec;
     s->desc.assign(copy, ec);
     if (ec) {
       ::close(copy);
@@ -354,7 +352,7 @@ curl_socket_t multi_driver::open_socket(curl_sockaddr* addr) {
     // A stale entry for a descriptor libcurl closed without telling us (the number was free for
     // socket() to return): close our dup of it.
     if (old->second->foreign) {
-      std::error_code ec;
+      coretry::detail::asio_error_code ec;
       old->second->desc.close(ec);
       self->sockets_.erase(old);
     } else {
@@ -370,14 +368,16 @@ curl_socket_t multi_driver::open_socket(curl_sockaddr* addr) {
     return CURL_SOCKET_BAD;
   }
   std::unique_ptr<socket_entry> s;
-  std::error_code ec;
+  bool failed = false;
   try {
     s = std::make_unique<socket_entry>(self->ex_);
+    coretry::detail::asio_error_code ec;
     s->desc.assign(copy, ec);
+    failed = static_cast<bool>(ec);
   } catch (...) {
-    ec = make_error_code(errc::out_of_memory);
+    failed = true; // out of memory: the connect fails, nothing crosses libcurl
   }
-  if (ec) {
+  if (failed) {
     ::close(copy);
     ::close(fd);
     return CURL_SOCKET_BAD;
@@ -405,7 +405,7 @@ int multi_driver::on_close_socket(void* clientp, curl_socket_t fd) {
   auto it = self->sockets_.find(fd);
   if (it == self->sockets_.end() || it->second->foreign)
     return ::close(fd);
-  std::error_code ec;
+  coretry::detail::asio_error_code ec;
   it->second->desc.close(ec); // cancels its waits and closes our dup
   self->sockets_.erase(it);
   self->open_.add(-1);

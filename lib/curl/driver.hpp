@@ -2,9 +2,12 @@
 // Private: drives one libcurl multi handle from Asio (socket and timer callbacks, waits).
 // Not installed. The serialization rule of the client is at the top of driver.cpp.
 
-#include <asio/any_io_executor.hpp>
+#include <coretry/detail/asio.hpp>
+#if CORETRY_ASIO_BOOST
+#include <boost/asio/posix/stream_descriptor.hpp>
+#else
 #include <asio/posix/stream_descriptor.hpp>
-#include <asio/steady_timer.hpp>
+#endif
 
 #include <curl/curl.h>
 

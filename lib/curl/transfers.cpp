@@ -2,8 +2,7 @@
 
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/error.hpp>
-
-#include <asio/error.hpp>
+#include <coretry/detail/asio.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -128,7 +127,7 @@ void client_impl::shutdown() {
     }
     free_headers(*t);
     if (auto c = std::move(t->completion))
-      c->complete(asio::error::operation_aborted, {});
+      c->complete(coretry::detail::aborted_error(), {});
   }
   driver_.shutdown();
   for (CURL* e : pool_)
@@ -139,7 +138,7 @@ void client_impl::shutdown() {
 
 void client_impl::start_or_queue(std::shared_ptr<transfer> t) {
   if (!open()) {
-    finish(std::move(t), asio::error::operation_aborted);
+    finish(std::move(t), coretry::detail::aborted_error());
     return;
   }
   t->origin = origin_of(t->req.url);
@@ -224,7 +223,7 @@ void client_impl::cancel(const std::shared_ptr<transfer>& t) {
       queue_.erase(it);
       stats_.queued.add(-1);
     }
-    finish(t, asio::error::operation_aborted);
+    finish(t, coretry::detail::aborted_error());
     return;
   }
   case transfer_state::active:
@@ -236,7 +235,7 @@ void client_impl::cancel(const std::shared_ptr<transfer>& t) {
     used_ -= t->cost;
     stats_.active.add(-1);
     release_easy(*t);
-    finish(t, asio::error::operation_aborted);
+    finish(t, coretry::detail::aborted_error());
     start_queued();
     return;
   }

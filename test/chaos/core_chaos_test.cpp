@@ -14,19 +14,7 @@
 #include <coretry/retry.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
+#include <support/asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -87,8 +75,8 @@ struct chaos_op {
     if (draw < 8)
       co_return std::tuple{make_error_code(std::errc::permission_denied), 0};
     asio::steady_timer t(co_await asio::this_coro::executor, 1h);
-    auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-    co_return std::tuple{ec ? ec : make_error_code(std::errc::timed_out), 0};
+    auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
+    co_return std::tuple{ec ? std::error_code(ec) : make_error_code(std::errc::timed_out), 0};
   }
 };
 
@@ -114,9 +102,9 @@ struct completion_guard {
     if (rec->completions.fetch_add(1) != 0)
       stats->violations.fetch_add(1);
     *called = true;
-    const outcome o = !ec                                    ? outcome::success
-                      : ec == asio::error::operation_aborted ? outcome::cancelled
-                                                             : outcome::failure;
+    const outcome o = !ec                                      ? outcome::success
+                      : ec == coretry::test::operation_aborted ? outcome::cancelled
+                                                               : outcome::failure;
     stats->by_outcome[int(o)].fetch_add(1);
   }
 };
@@ -228,9 +216,8 @@ TEST_CASE("chaos: every operation completes exactly once, whatever happens aroun
         asio::co_spawn(
             ex,
             [ex, op, p, g]() mutable -> asio::awaitable<void> {
-              auto [ec, v] =
-                  co_await coretry::async_retry(ex, std::move(op), std::move(p),
-                                                asio::experimental::as_tuple(asio::use_awaitable));
+              auto [ec, v] = co_await coretry::async_retry(
+                  ex, std::move(op), std::move(p), coretry::detail::as_tuple(asio::use_awaitable));
               (void)v;
               g.complete(ec);
             },
@@ -261,12 +248,12 @@ TEST_CASE("chaos: every operation completes exactly once, whatever happens aroun
                 auto r = co_await (coretry::retry_async(std::move(op), std::move(p)) ||
                                    t.async_wait(asio::use_awaitable));
                 if (r.index() == 1)
-                  ec = asio::error::operation_aborted; // the timer won: the retry was cancelled
+                  ec = coretry::test::operation_aborted; // the timer won: the retry was cancelled
               } catch (const std::system_error& e) {
                 ec = e.code();
               } catch (...) {
                 // || reports an outer cancellation as parallel_group's multiple_exceptions.
-                ec = asio::error::operation_aborted;
+                ec = coretry::test::operation_aborted;
               }
               g.complete(ec);
             },

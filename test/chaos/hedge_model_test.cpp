@@ -15,12 +15,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/fake_gate.hpp>
-
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/io_context.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -126,7 +122,7 @@ asio::awaitable<int> attempt(scenario& s) {
   if (p.after > nanos::zero() || p.how == ending::hang) {
     manual_timer t(co_await asio::this_coro::executor);
     t.expires_after(p.how == ending::hang ? nanos(1h) : p.after);
-    auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
     if (ec) {
       s.attempts[i].cancelled = true;
       throw std::system_error(ec);

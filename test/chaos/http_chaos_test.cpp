@@ -19,20 +19,7 @@
 
 #include "support/http_fault_server.hpp"
 #include <doctest/doctest.h>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
+#include <support/asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -89,9 +76,9 @@ struct handler_state {
       stats->double_completions.fetch_add(1);
     if (stats->torn_down.load())
       stats->late_completions.fetch_add(1);
-    const outcome o = !ec                                    ? outcome::success
-                      : ec == asio::error::operation_aborted ? outcome::cancelled
-                                                             : outcome::failure;
+    const outcome o = !ec                                      ? outcome::success
+                      : ec == coretry::test::operation_aborted ? outcome::cancelled
+                                                               : outcome::failure;
     stats->by_outcome[int(o)].fetch_add(1);
   }
   counters* stats;
@@ -280,12 +267,12 @@ TEST_CASE("http chaos: every curl retry completes exactly once, whoever is destr
                 try {
                   auto r = co_await (std::move(a) || t.async_wait(asio::use_awaitable));
                   if (r.index() == 1)
-                    ec = asio::error::operation_aborted; // the timer won
+                    ec = coretry::test::operation_aborted; // the timer won
                 } catch (const std::system_error& e) {
                   ec = e.code();
                 } catch (...) {
                   state->stats->unexpected_exceptions.fetch_add(1);
-                  ec = asio::error::operation_aborted;
+                  ec = coretry::test::operation_aborted;
                 }
                 state->complete(ec);
               },

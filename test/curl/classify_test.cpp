@@ -3,8 +3,7 @@
 #include <coretry/error.hpp>
 
 #include <doctest/doctest.h>
-
-#include <asio/error.hpp>
+#include <support/asio.hpp>
 
 using namespace coretry::curl;
 
@@ -22,7 +21,7 @@ TEST_CASE("transient transport errors are retryable, permanent ones are not") {
   CHECK_FALSE(is_retryable(errc::unsupported_protocol));
   CHECK_FALSE(is_retryable(errc::couldnt_resolve_host));
   CHECK_FALSE(is_retryable(errc::too_many_redirects));
-  CHECK_FALSE(is_retryable(asio::error::operation_aborted));
+  CHECK_FALSE(is_retryable(coretry::test::operation_aborted));
   CHECK_FALSE(is_retryable(std::error_code()));
 }
 

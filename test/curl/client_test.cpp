@@ -1,15 +1,8 @@
 #include <coretry/curl/client.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/detached.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/deferred.hpp>
-#include <asio/use_future.hpp>
 
 #include <array>
 #include <atomic>
@@ -22,7 +15,7 @@
 #include <unistd.h>
 
 namespace {
-constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 
 std::error_code perform_error(asio::io_context& io, client& c, request r) {
   std::error_code result;
@@ -168,7 +161,7 @@ TEST_CASE("cancelling a transfer mid-body removes it and completes once with ope
   signal.emit(type);
   run_until(io, [&] { return completions == 1 && server.open_connections() == 0; });
   CHECK(completions == 1);
-  CHECK(result == asio::error::operation_aborted);
+  CHECK(result == coretry::test::operation_aborted);
   CHECK(c.stats().active_transfers == 0);
   CHECK(c.stats().pooled_handles == 1);
   CHECK(c.stats().open_connections == 0); // an unfinished connection is closed
@@ -192,7 +185,7 @@ TEST_CASE("cancelling through a coroutine's slot aborts the awaiting perform") {
   try {
     std::rethrow_exception(error);
   } catch (const std::system_error& e) {
-    CHECK(e.code() == asio::error::operation_aborted);
+    CHECK(e.code() == coretry::test::operation_aborted);
   }
   CHECK(c.stats().active_transfers == 0);
   CHECK(c.stats().open_connections == 0);
@@ -239,7 +232,7 @@ TEST_CASE("cancelling a queued request completes it without touching libcurl") {
   asio::post(io, [&] { asio::post(io, [&] { signal.emit(asio::cancellation_type::total); }); });
   run_until(io, [&] { return done == 2; });
   CHECK_FALSE(first);
-  CHECK(second == asio::error::operation_aborted);
+  CHECK(second == coretry::test::operation_aborted);
   CHECK(server.requests() == 1);
 }
 
@@ -254,7 +247,7 @@ TEST_CASE("destroying the client aborts transfers in flight and closes every con
     co_await c->perform(get(server.url())); // leaves one idle keep-alive connection
     for (int i = 0; i < 3; ++i)
       c->async_perform(get(server.url()), [&](std::error_code ec, response) {
-        if (ec == asio::error::operation_aborted)
+        if (ec == coretry::test::operation_aborted)
           ++aborted;
       });
   }());
@@ -326,7 +319,7 @@ TEST_CASE("host names go through libcurl's threaded resolver") {
   bool loopback = false;
   {
     asio::ip::tcp::resolver resolver(io);
-    std::error_code ec;
+    coretry::test::error_code ec;
     for (const auto& e : resolver.resolve(asio::ip::tcp::v4(), name, "80", ec))
       loopback = loopback || e.endpoint().address() == asio::ip::make_address("127.0.0.1");
   }
@@ -642,7 +635,7 @@ TEST_CASE("no descriptor outlives the client, resolver socketpairs included") {
       co_await c.perform(get("http://" + host + ":" + std::to_string(server.port()) + "/"));
       for (int i = 0; i < 2; ++i)
         c.async_perform(get(server.url()), [&](std::error_code ec, response) {
-          aborted += ec == asio::error::operation_aborted;
+          aborted += ec == coretry::test::operation_aborted;
         });
     }());
     run_until(io, [&] { return server.requests() == 4; });
@@ -680,7 +673,7 @@ TEST_CASE("a client may be destroyed while other threads run its io_context") {
       for (std::size_t i = 0; i < calls.size(); ++i)
         c.async_perform(get(server.url()), [&, i](std::error_code ec, response) {
           ++calls[i];
-          aborted += ec == asio::error::operation_aborted;
+          aborted += ec == coretry::test::operation_aborted;
         });
       // Destroy while bodies stream in: socket and timer handlers are running on t1 and t2.
       // The short sleep only varies the moment; nothing asserted depends on it.
@@ -712,7 +705,7 @@ TEST_CASE("async_perform works with use_future and deferred tokens") {
   run_until(io, [&] { return f.wait_for(0s) == std::future_status::ready; });
   CHECK(f.get().body == "future");
 
-  auto op = c.async_perform(get(server.url()), asio::experimental::deferred);
+  auto op = c.async_perform(get(server.url()), coretry::test::deferred);
   run_for(io, 20ms);
   CHECK(server.requests() == 1); // nothing starts before the deferred operation is launched
   response r;

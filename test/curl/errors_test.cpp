@@ -9,13 +9,8 @@
 #include <coretry/policy.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/write.hpp>
 
 #include <memory>
 #include <string>
@@ -32,7 +27,7 @@ using coretry::test::run_until_done;
 
 namespace {
 
-constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 
 coretry::retry_policy quick(unsigned attempts) {
   return {.max_attempts = attempts, .backoff = coretry::backoff::fixed(1ms)};

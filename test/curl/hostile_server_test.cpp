@@ -7,9 +7,8 @@
 #include <coretry/curl/retry.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/experimental/as_tuple.hpp>
 
 #include <algorithm>
 #include <random>
@@ -21,7 +20,7 @@
 #include "transfer.hpp"
 
 namespace {
-constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 using coretry::curl::detail::armed_faults;
 using coretry::curl::detail::fault_point;
 

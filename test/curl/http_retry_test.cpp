@@ -2,12 +2,8 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
 
 #include <ctime>
 #include <vector>
@@ -169,7 +165,7 @@ TEST_CASE(
     REQUIRE(events.size() == 1);
     CHECK(events[0].server_hint == 1s);
     CHECK(events[0].delay == 1s);
-    CHECK(result == asio::error::operation_aborted);
+    CHECK(result == coretry::test::operation_aborted);
     CHECK(server.requests() == 1);
   }
   SUBCASE("a hint beyond the deadline ends the loop at once with the last response") {
@@ -243,7 +239,7 @@ TEST_CASE("a POST is not retried unless it carries an Idempotency-Key or opts in
     run_until_done(io, [&]() -> asio::awaitable<void> {
       co_await c.perform(get(server.url()));
       auto [e, r] = co_await coretry::curl::async_retry(
-          c, post(server.url()), fast_policy(5), asio::experimental::as_tuple(asio::use_awaitable));
+          c, post(server.url()), fast_policy(5), coretry::detail::as_tuple(asio::use_awaitable));
       ec = e;
     }());
     CHECK(ec == errc::got_nothing);
@@ -438,7 +434,7 @@ TEST_CASE("cancellation mid-sleep and mid-transfer releases everything") {
   // result would be a second request or a 200, not operation_aborted with one request sent.
   run_until(io, [&] { return completions == 1 && server.open_connections() == sockets_after; });
   CHECK(completions == 1);
-  CHECK(result == asio::error::operation_aborted);
+  CHECK(result == coretry::test::operation_aborted);
   auto s = c->stats();
   CHECK(s.waiting_retries == 0);
   CHECK(s.active_transfers == 0);
@@ -463,7 +459,7 @@ TEST_CASE("a group token cancels every sleeping retry") {
   int aborted = 0;
   for (int i = 0; i < 20; ++i)
     coretry::curl::async_retry(c, get(server.url()), policy, [&](std::error_code ec, response) {
-      if (ec == asio::error::operation_aborted)
+      if (ec == coretry::test::operation_aborted)
         ++aborted;
     });
   run_until(io, [&] { return c.stats().waiting_retries == 20; });
@@ -605,7 +601,7 @@ TEST_CASE("a retry whose client is destroyed while it sleeps completes once, sen
   run_until(io, [&] { return completions == 1; });
   run_for(io, 20ms); // let any stray work land
   CHECK(completions == 1);
-  CHECK(result == asio::error::operation_aborted);
+  CHECK(result == coretry::test::operation_aborted);
   CHECK(retries == 1);
   CHECK(server.requests() == 1);
 }
@@ -627,7 +623,7 @@ TEST_CASE("a retry whose client is destroyed mid-transfer completes once with op
   run_until(io, [&] { return completions == 1; });
   run_for(io, 20ms);
   CHECK(completions == 1);
-  CHECK(result == asio::error::operation_aborted);
+  CHECK(result == coretry::test::operation_aborted);
   CHECK(server.requests() == 1);
 }
 

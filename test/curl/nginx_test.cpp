@@ -6,9 +6,8 @@
 #include <coretry/curl/curl.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
 #include <support/nginx_server.hpp>
-
-#include <asio/detached.hpp>
 
 #include <curl/curl.h>
 

@@ -4,13 +4,8 @@
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/request.hpp>
 
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -103,7 +98,7 @@ inline std::string loopback_host_name() {
     return "localhost";
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
-  std::error_code ec;
+  coretry::test::error_code ec;
   for (const auto& e : resolver.resolve(asio::ip::tcp::v4(), name, "80", ec))
     if (e.endpoint().address() == asio::ip::make_address("127.0.0.1"))
       return name;

@@ -1,12 +1,5 @@
+#include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/write.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -16,7 +9,7 @@
 namespace coretry::test {
 
 namespace {
-constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 
 bool iequal(const std::string& a, const std::string& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -176,7 +169,7 @@ struct http_fault_server::state : std::enable_shared_from_this<state> {
       const std::size_t index = log.size();
       log.push_back(req);
       http_action a = next(index, log.back());
-      std::error_code ignored;
+      coretry::test::error_code ignored;
       switch (a.what) {
       case http_action::kind::reset:
         sock->set_option(asio::socket_base::linger(true, 0), ignored);
@@ -314,7 +307,7 @@ void http_fault_server::stop() {
   if (state_->stopped)
     return;
   state_->stopped = true;
-  std::error_code ignored;
+  coretry::test::error_code ignored;
   state_->acceptor.close(ignored);
   for (auto& w : state_->sockets)
     if (auto s = w.lock())

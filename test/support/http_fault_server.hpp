@@ -11,7 +11,7 @@
 // delete for memory recycled across the two.
 #include <cstddef>
 // (kept apart from the block below, which clang-format orders Asio first)
-#include <asio/any_io_executor.hpp>
+#include <support/asio.hpp>
 
 #include <chrono>
 #include <deque>

@@ -1,7 +1,6 @@
 #include "nginx_server.hpp"
 
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
+#include <support/asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -82,7 +81,7 @@ unsigned short free_port() {
 bool accepts(unsigned short port) {
   asio::io_context io;
   asio::ip::tcp::socket s(io);
-  std::error_code ec;
+  coretry::test::error_code ec;
   s.connect({asio::ip::make_address("127.0.0.1"), port}, ec);
   return !ec;
 }

@@ -3,11 +3,7 @@
 
 #include <coretry/testing/manual_clock.hpp>
 
-#include <asio/awaitable.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
+#include <support/asio.hpp>
 
 #include <chrono>
 #include <system_error>
@@ -52,7 +48,7 @@ struct scripted_op {
     if (s.hang || s.after > std::chrono::nanoseconds::zero()) {
       manual_timer t(co_await asio::this_coro::executor);
       t.expires_after(s.hang ? std::chrono::hours(1) : s.after);
-      auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+      auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
       if (ec) {
         ++aborted;
         throw std::system_error(ec);

@@ -5,17 +5,8 @@
 #include <coretry/config.hpp>
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/request.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/export.hpp>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/post.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -179,7 +170,7 @@ public:
       auto slot = asio::get_associated_cancellation_slot(h);
       if (slot.is_connected())
         slot.clear();
-      std::move(h)(ec, std::move(r));
+      std::move(h)(coretry::detail::to_asio_error(ec), std::move(r));
     });
     work_.reset();
   }
@@ -217,7 +208,7 @@ template <class CompletionToken>
 auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_executor& fallback,
                       request req, CompletionToken&& token) {
   req.validate();
-  return asio::async_initiate<CompletionToken, void(std::error_code, response)>(
+  return asio::async_initiate<CompletionToken, void(coretry::detail::asio_error_code, response)>(
       [](auto handler, std::shared_ptr<client_impl> impl, asio::any_io_executor fallback,
          request r) {
         using handler_type = std::decay_t<decltype(handler)>;
@@ -276,7 +267,8 @@ public:
 
   /// Performs `req` and reports the response.
   ///
-  /// Completion signature: `void(std::error_code, response)`. The error is empty for every
+  /// Completion signature: `void(std::error_code, response)` (`boost::system::error_code` with
+  /// Boost.Asio). The error is empty for every
   /// complete HTTP response, whatever its status; otherwise it is a transport error in
   /// `curl_category()` (see `errc`) or `asio::error::operation_aborted`. The handler is invoked
   /// exactly once, through its associated executor, never from inside this call.

@@ -8,10 +8,9 @@
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/request.hpp>
 #include <coretry/curl/retry.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/hedge.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/awaitable.hpp>
 
 #include <stdexcept>
 #include <string>

@@ -9,14 +9,9 @@
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/retry_after.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/retry.hpp>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/error.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <memory>
 #include <string>
@@ -73,13 +68,13 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
         st->last_status = 0;
         auto impl = st->impl.lock();
         if (!impl || !client_access::open(*impl)) // the client is gone
-          co_return std::tuple{std::error_code(asio::error::operation_aborted), response{}};
+          co_return std::tuple{coretry::detail::aborted_error(), response{}};
         auto [ec, r] = co_await async_perform_on(std::move(impl), st->executor, st->req,
-                                                 asio::experimental::as_tuple(asio::use_awaitable));
+                                                 coretry::detail::as_tuple(asio::use_awaitable));
         st->last_error = ec;
         if (ec) {
           st->last_detail = std::move(r.error_detail);
-          co_return std::tuple{ec, response{}};
+          co_return std::tuple{std::error_code(ec), response{}};
         }
         st->last_status = r.status;
         if (honours_retry_after(r.status))

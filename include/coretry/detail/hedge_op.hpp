@@ -16,23 +16,13 @@
 
 #include <coretry/attempt.hpp>
 #include <coretry/cancellation.hpp>
-#include <coretry/config.hpp>
+#include <coretry/detail/asio.hpp>
+#include <coretry/detail/reservation.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/error.hpp>
-#include <asio/post.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -92,10 +82,13 @@ public:
   /// co_spawn has completed (its frame and cancellation handler are gone), so the state holds
   /// as many as attempts ran at once, not one per attempt.
   struct slot {
-    asio::cancellation_signal signal; ///< bound to the attempt's co_spawn
-    gate_grant grant;                 ///< reports `on_abandoned` if the state dies first
-    std::optional<timer_type> timer;  ///< its attempt timeout
-    std::uint64_t use = 0;            ///< which attempt holds it: a late timer wait checks it
+    /// Bound to the attempt's co_spawn; shared with its completion, because co_spawn (Asio 1.38)
+    /// may still clear its slot after the completion handler, and this state with it, is gone.
+    std::shared_ptr<asio::cancellation_signal> signal =
+        std::make_shared<asio::cancellation_signal>();
+    gate_grant grant;                ///< reports `on_abandoned` if the state dies first
+    std::optional<timer_type> timer; ///< its attempt timeout
+    std::uint64_t use = 0;           ///< which attempt holds it: a late timer wait checks it
     unsigned number = 0;
     hedge_cut cut = hedge_cut::none;
     bool running = false;
@@ -348,11 +341,11 @@ private:
         launched_ < policy_.max_attempts)
       arm_hedge_timer(hedge_.delay);
     // co_spawn dispatches: the attempt runs here until it first suspends, and may end here.
-    asio::co_spawn(strand_, run_attempt(this->shared_from_this(), &sl),
-                   asio::bind_cancellation_slot(sl.signal.slot(), [s = this->shared_from_this(),
-                                                                   p = &sl](std::exception_ptr) {
-                     s->free_slots_.push_back(p);
-                   }));
+    asio::co_spawn(
+        strand_, run_attempt(this->shared_from_this(), &sl),
+        asio::bind_cancellation_slot(sl.signal->slot(),
+                                     [s = this->shared_from_this(), p = &sl, keep = sl.signal](
+                                         std::exception_ptr) { s->free_slots_.push_back(p); }));
     return true;
   }
 
@@ -378,9 +371,16 @@ private:
       }
     } catch (const std::system_error& e) {
       out.error = e.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+    } catch (const asio_system_error& e) {
+      out.error = e.code();
+#endif
     } catch (...) {
       out.exception = std::current_exception();
     }
+    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+    // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
+    co_await asio::this_coro::throw_if_cancelled(false);
     s->attempt_done(*sl, std::move(out));
   }
 
@@ -453,8 +453,8 @@ private:
 
   void finish_abort() {
     fail(policy_.cancellation.cancelled() ? std::error_code(errc::cancelled)
-                                          : std::error_code(asio::error::operation_aborted),
-         asio::error::operation_aborted);
+                                          : coretry::detail::aborted_error(),
+         coretry::detail::aborted_error());
     finish();
   }
 
@@ -467,7 +467,7 @@ private:
 
   void cut_one(slot& sl, hedge_cut why) {
     sl.cut = why;
-    sl.signal.emit(asio::cancellation_type::terminal);
+    sl.signal->emit(asio::cancellation_type::terminal);
   }
 
   void cut_all(hedge_cut why) {
@@ -479,7 +479,7 @@ private:
       sl->cut = why;
     for (slot* sl : running)
       if (sl->running)
-        sl->signal.emit(asio::cancellation_type::terminal);
+        sl->signal->emit(asio::cancellation_type::terminal);
   }
 
   void cancel() {

@@ -8,20 +8,11 @@
 // (an attempt, a predicate, a hook) and end the loop with `errc::unexpected_exception`.
 
 #include <coretry/attempt.hpp>
-#include <coretry/config.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/reservation.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/awaitable.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/error.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/post.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <cstddef>
 #include <exception>
@@ -65,6 +56,15 @@ struct awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> 
   using value_type = void;
   static constexpr bool error_as_value = true;
 };
+#if CORETRY_ASIO_BOOST
+// Boost.Asio's `as_tuple` carries boost::system::error_code.
+template <class T, class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code, T>, Executor>>
+    : awaitable_traits<asio::awaitable<std::tuple<std::error_code, T>, Executor>> {};
+template <class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code>, Executor>>
+    : awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> {};
+#endif
 
 template <class Op>
 using op_awaitable_t =
@@ -119,8 +119,8 @@ template <class T> struct loop_exit {
   static void abort(loop_result<T>& r, retry_stats* s, const retry_policy& p) {
     fail(r, s,
          p.cancellation.cancelled() ? std::error_code(errc::cancelled)
-                                    : std::error_code(asio::error::operation_aborted),
-         asio::error::operation_aborted);
+                                    : coretry::detail::aborted_error(),
+         coretry::detail::aborted_error());
   }
   static void thrown(loop_result<T>& r, retry_stats* s, std::exception_ptr e) {
     r.value.reset();
@@ -254,6 +254,10 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
         }
       } catch (const std::system_error& e) {
         result.error = e.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+      } catch (const asio_system_error& e) {
+        result.error = e.code();
+#endif
       } catch (...) {
         result.exception = std::current_exception();
       }
@@ -346,27 +350,35 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
           if (control->sleep_on(*sleep_timer)) {
             sleep_guard<Control> guard{control};
             auto [ec] = co_await sleep_timer->async_wait(asio::bind_cancellation_slot(
-                asio::cancellation_slot(), asio::experimental::as_tuple(asio::use_awaitable)));
+                asio::cancellation_slot(), coretry::detail::as_tuple(asio::use_awaitable)));
             (void)ec; // a cancelled sleep is seen at the top of the loop
           } else {
             control->woke();
           }
         } else {
           auto [ec] =
-              co_await sleep_timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+              co_await sleep_timer->async_wait(coretry::detail::as_tuple(asio::use_awaitable));
           (void)ec; // a cancelled sleep is seen at the top of the loop
         }
       }
     } catch (const std::system_error&) {
       // Awaiting in a coroutine already cancelled throws; the top of the loop sees why.
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+    } catch (const asio_system_error&) {
+#endif
     } catch (...) {
       exit::thrown(result, stats, std::current_exception());
       break;
     }
   }
 
-  if constexpr (controlled)
+  if constexpr (controlled) {
     control->disarm();
+    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+    // posts once and lets that post throw, out of io_context::run, if the operation was cancelled.
+    // Nothing awaits after this point; 1.38's co_spawn does the same itself.
+    co_await asio::this_coro::throw_if_cancelled(false);
+  }
   if (stats)
     stats->elapsed = read_clock<clock>(clocked) - start;
 

@@ -16,23 +16,10 @@
 // cancellation reaches the loop only once the loop runs (`arm`) and until it ends (`disarm`).
 
 #include <coretry/cancellation.hpp>
-#include <coretry/config.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
-
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/execution/context.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/query.hpp>
-#include <asio/strand.hpp>
-#include <asio/thread_pool.hpp>
 
 #include <exception>
 #include <memory>
@@ -54,11 +41,11 @@ using delivered_t = std::conditional_t<std::is_void_v<T> || std::is_default_cons
 
 template <class T> struct signatures {
   using exception = void(std::exception_ptr, delivered_t<T>);
-  using error = void(std::error_code, delivered_t<T>);
+  using error = void(asio_error_code, delivered_t<T>);
 };
 template <> struct signatures<void> {
   using exception = void(std::exception_ptr);
-  using error = void(std::error_code);
+  using error = void(asio_error_code);
 };
 template <class T> using exception_signature_t = typename signatures<T>::exception;
 template <class T> using error_signature_t = typename signatures<T>::error;
@@ -79,6 +66,10 @@ template <class T> void absorb(loop_result<T>& r, std::exception_ptr e) {
     std::rethrow_exception(e);
   } catch (const std::system_error& error) {
     r.error = error.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+  } catch (const asio_system_error& error) {
+    r.error = error.code();
+#endif
   } catch (...) {
     r.error = errc::unexpected_exception;
     r.exception = std::current_exception();
@@ -103,9 +94,9 @@ struct deliver_exception {
 struct deliver_error_code {
   template <class T, class Handler> static void deliver(Handler& h, loop_result<T>& r) {
     if constexpr (std::is_void_v<T>)
-      std::move(h)(r.error);
+      std::move(h)(to_asio_error(r.error));
     else
-      std::move(h)(r.error, take_value(r));
+      std::move(h)(to_asio_error(r.error), take_value(r));
   }
 };
 
@@ -217,8 +208,10 @@ struct op_state final : cancellation_registration,
   }
 
   Strand strand;
-  asio::cancellation_signal signal; ///< bound to the loop's co_spawn
-  bool cancelled = false;           ///< the caller's slot or the group asked
+  /// Bound to the loop's co_spawn; shared with its completion, because co_spawn (Asio 1.38) may
+  /// still clear its slot after the loop's frame, which owns this state, is gone.
+  std::shared_ptr<asio::cancellation_signal> signal = std::make_shared<asio::cancellation_signal>();
+  bool cancelled = false; ///< the caller's slot or the group asked
 
 private:
   void cancel() {
@@ -230,12 +223,12 @@ private:
     if (sleeper)
       sleeper->cancel();
     else
-      signal.emit(asio::cancellation_type::terminal);
+      signal->emit(asio::cancellation_type::terminal);
   }
   void time_out(unsigned g) {
     if (armed && in_attempt && generation == g && !cancelled) {
       timed_out = true;
-      signal.emit(asio::cancellation_type::terminal);
+      signal->emit(asio::cancellation_type::terminal);
     }
   }
 
@@ -304,8 +297,10 @@ public:
   retry_completion(Handler h, State* s, Executor ex)
       : handler_(std::move(h)), executor_(std::move(ex)) {
     if constexpr (!std::is_void_v<State>)
-      if (s)
-        slot_ = s->signal.slot(); // read once, by co_spawn's initiation, while the state lives
+      if (s) {
+        signal_ = s->signal;
+        slot_ = signal_->slot();
+      }
   }
 
   using executor_type = asio::associated_executor_t<Handler, Executor>;
@@ -329,6 +324,7 @@ public:
 
 private:
   Handler handler_;
+  std::shared_ptr<asio::cancellation_signal> signal_; ///< outlives co_spawn's use of slot_
   asio::cancellation_slot slot_;
   Executor executor_;
 };

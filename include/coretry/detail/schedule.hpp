@@ -8,13 +8,11 @@
 // budget (`after_failure`); and it classifies each attempt once (`classify`) and tells every
 // listener that one verdict (`report`).
 
-#include <coretry/config.hpp>
+#include <coretry/detail/asio.hpp>
 #include <coretry/detail/reservation.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/random.hpp>
-
-#include <asio/error.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -145,7 +143,7 @@ public:
 
   /// Whether the policy would retry after `ec` (cancellation never).
   bool retryable(const std::error_code& ec) const {
-    if (ec == asio::error::operation_aborted || ec == errc::cancelled)
+    if (coretry::detail::is_aborted(ec) || ec == errc::cancelled)
       return false;
     return ec == errc::result_rejected || ec == errc::attempt_timeout ||
            (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));

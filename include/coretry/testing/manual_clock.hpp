@@ -22,17 +22,7 @@
 
 #include <coretry/config.hpp>
 
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/error.hpp>
-#include <asio/execution/context_as.hpp>
-#include <asio/execution/executor.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/query.hpp>
+#include <coretry/detail/asio.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -199,7 +189,7 @@ inline std::size_t manual_clock::cancel_owner(const void* owner) {
     if (it->second->owner == owner) {
       auto w = std::move(it->second);
       it = q.erase(it);
-      w->complete(asio::error::operation_aborted);
+      w->complete(coretry::detail::aborted_error());
       ++n;
     } else {
       ++it;
@@ -249,9 +239,10 @@ public:
   /// Cancels pending waits (they complete with `operation_aborted`); returns how many.
   std::size_t cancel() { return manual_clock::cancel_owner(this); }
 
-  /// Completion signature void(std::error_code); terminal/partial/total cancellation supported.
+  /// Completion signature void(error_code), Asio's error_code (`boost::system::error_code` with
+  /// Boost.Asio); terminal/partial/total cancellation supported.
   template <class WaitToken> auto async_wait(WaitToken&& token) {
-    return asio::async_initiate<WaitToken, void(std::error_code)>(
+    return asio::async_initiate<WaitToken, void(coretry::detail::asio_error_code)>(
         [self = this](auto handler) { self->start(std::move(handler)); }, token);
   }
 
@@ -263,7 +254,9 @@ private:
       if (!from_slot && slot.is_connected())
         slot.clear();
       auto ex = asio::get_associated_executor(handler, executor);
-      asio::post(ex, [h = std::move(handler), ec]() mutable { std::move(h)(ec); });
+      asio::post(ex, [h = std::move(handler), ec]() mutable {
+        std::move(h)(coretry::detail::to_asio_error(ec));
+      });
     }
     Handler handler;
     Executor executor;
@@ -287,7 +280,7 @@ private:
     if (slot.is_connected()) {
       slot.assign([w = std::weak_ptr<manual_clock::waiter>(op)](asio::cancellation_type) {
         if (auto p = w.lock(); p && manual_clock::remove(p.get()))
-          p->complete(asio::error::operation_aborted, true);
+          p->complete(coretry::detail::aborted_error(), true);
       });
     }
   }
