@@ -40,8 +40,12 @@ install(FILES "${PROJECT_SOURCE_DIR}/LICENSE_1_0.txt" "${PROJECT_SOURCE_DIR}/CHA
 # line of every consumer, so libcurl is then Required, not Required.private.
 # Relocatable: the prefix is found from the .pc file's own place (pcfiledir).
 file(RELATIVE_PATH CORETRY_PC_TO_PREFIX "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
-get_target_property(_asio_include Asio::Asio INTERFACE_INCLUDE_DIRECTORIES)
-set(CORETRY_PC_CFLAGS "-DASIO_HAS_STD_ALIGNED_ALLOC=1")
+get_target_property(_asio_include ${CORETRY_ASIO_TARGET} INTERFACE_INCLUDE_DIRECTORIES)
+if(CORETRY_ASIO_BOOST)
+  set(CORETRY_PC_CFLAGS "") # Boost.Asio makes the aligned-allocation choice alike in every unit
+else()
+  set(CORETRY_PC_CFLAGS "-DASIO_HAS_STD_ALIGNED_ALLOC=1")
+endif()
 foreach(_dir IN LISTS _asio_include)
   if(NOT _dir STREQUAL "/usr/include")
     string(APPEND CORETRY_PC_CFLAGS " -I${_dir}")
