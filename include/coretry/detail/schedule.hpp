@@ -244,7 +244,7 @@ public:
       return {reason, reason};
     if (last == errc::result_rejected)
       return {reason, {}};
-    if (reason == errc::deadline_exceeded || p_.report == final_error::policy_reason || !last)
+    if (p_.report == final_error::policy_reason || !last)
       return {reason, reason};
     return {reason, last};
   }
