@@ -22,8 +22,10 @@
 
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/error.hpp>
+#include <coretry/curl/hedge.hpp>
 #include <coretry/curl/retry.hpp>
 #include <coretry/error.hpp>
+#include <coretry/hedge.hpp>
 
 #include "support/http_fault_server.hpp"
 #include <doctest/doctest.h>
@@ -157,6 +159,9 @@ struct operation {
   bool post = false;
   bool opt_in = false;  ///< a POST with retry_non_idempotent
   bool awaited = false; ///< `curl::retry` in a coroutine, else `curl::async_retry`
+  bool hedged = false;  ///< `curl::hedge` in a coroutine instead (GET only)
+  unsigned max_in_flight = 1;
+  std::chrono::milliseconds hedge_delay{0};
   unsigned max_attempts = 1;
   std::optional<std::chrono::milliseconds> deadline, attempt_timeout, request_timeout;
   filter flt = filter::none;
@@ -168,6 +173,7 @@ struct operation {
   long status = 0;
   std::size_t body_size = 0;
   coretry::retry_stats stats;
+  coretry::hedge_stats hstats;
   std::vector<std::error_code> retried; ///< each retried attempt's error, as on_retry saw it
   steady::time_point started, finished;
   std::size_t server_saw = 0;
@@ -177,7 +183,12 @@ struct operation {
   std::string describe() const {
     std::ostringstream s;
     s << "op " << id << ": " << (post ? (opt_in ? "POST(opt-in)" : "POST") : "GET")
-      << (awaited ? " retry" : " async_retry") << " max_attempts=" << max_attempts;
+      << (hedged    ? " hedge"
+          : awaited ? " retry"
+                    : " async_retry")
+      << " max_attempts=" << max_attempts;
+    if (hedged)
+      s << " max_in_flight=" << max_in_flight << " hedge_delay=" << hedge_delay.count() << "ms";
     if (deadline)
       s << " deadline=" << deadline->count() << "ms";
     if (attempt_timeout)
@@ -222,6 +233,12 @@ operation draw(int id, std::mt19937_64& rng) {
   op.post = rng() % 4 == 0;
   op.opt_in = op.post && rng() % 2 == 0;
   op.awaited = rng() % 2 == 0;
+  op.hedged = rng() % 5 == 0;
+  if (op.hedged) { // hedging sends copies at once: idempotent requests only
+    op.post = op.opt_in = false;
+    op.max_in_flight = 1 + static_cast<unsigned>(rng() % 3);
+    op.hedge_delay = between(5, 40);
+  }
   op.max_attempts = 1 + static_cast<unsigned>(rng() % 5);
   if (rng() % 3 == 0)
     op.deadline = between(40, 300);
@@ -328,6 +345,51 @@ void check_attempts(const operation& op, std::vector<std::string>& why, long& sl
                (want ? want.message() : std::string("none")) + "\"");
 }
 
+/// A hedged operation: its copies overlap, so which copy met which scripted answer is not
+/// known; what it returned must be an answer the server gave it, and end it as the classification
+/// says.
+void check_hedge(const operation& op, std::vector<std::string>& why,
+                 std::chrono::milliseconds slack) {
+  const auto& st = op.hstats;
+  const auto elapsed = op.finished - op.started;
+  auto served = [&](auto pred) {
+    for (std::size_t k = 0; k < op.server_saw && k < op.script.size(); ++k)
+      if (pred(op.script[k]))
+        return true;
+    return false;
+  };
+  if (st.attempts < 1 || st.attempts > op.max_attempts)
+    why.push_back("attempts outside 1..max_attempts");
+  if (op.server_saw > st.attempts)
+    why.push_back("the server saw more requests than attempts");
+  if (st.peak_in_flight > op.max_in_flight)
+    why.push_back("more copies at once than max_in_flight");
+  if (op.deadline && elapsed > *op.deadline + slack)
+    why.push_back("completed after its deadline + slack");
+  const bool all_used = st.attempts == op.max_attempts;
+  if (!op.ec) {
+    if (!served([&](fault f) { return is_response(f) && status_of(f) == op.status; }))
+      why.push_back("returned a status the server never sent it");
+    else if (retried_status(op.status, op.flt)) {
+      if (!all_used || st.reason != coretry::errc::attempts_exhausted)
+        why.push_back("a retryable response was returned before every copy was used");
+    } else if (st.reason) {
+      why.push_back("a final response with a reason");
+    }
+  } else if (op.ec == coretry::errc::deadline_exceeded) {
+    if (!op.deadline || elapsed < *op.deadline - 5ms)
+      why.push_back("deadline_exceeded before the deadline");
+  } else if (op.ec == curl::errc::filesize_exceeded) {
+    if (!served([](fault f) { return f == fault::big; }) || st.reason != op.ec)
+      why.push_back("filesize_exceeded without a body too large, or with another reason");
+  } else if (error_fits(fault::reset, op.ec) || error_fits(fault::hang, op.ec)) {
+    if (!all_used || st.reason != coretry::errc::attempts_exhausted)
+      why.push_back("a retryable error ended the operation before every copy was used");
+  } else {
+    why.push_back("an error no scripted answer gives");
+  }
+}
+
 } // namespace
 
 TEST_CASE("http model: curl::retry and async_retry against the fault server match the model") {
@@ -405,7 +467,24 @@ TEST_CASE("http model: curl::retry and async_retry against the fault server matc
     else if (op.flt == filter::only_503)
       p = std::move(p).retry_if_result([](const curl::response& r) { return r.status == 503; });
     op.started = steady::now();
-    if (op.awaited) {
+    if (op.hedged) {
+      coretry::hedge_options o{.delay = op.hedge_delay, .max_in_flight = op.max_in_flight};
+      asio::co_spawn(
+          io,
+          [&op, &finish,
+           a = curl::hedge(client, std::move(req), std::move(p), o,
+                           op.hstats)]() mutable -> asio::awaitable<void> {
+            std::error_code ec;
+            curl::response r;
+            try {
+              r = co_await std::move(a);
+            } catch (const std::system_error& e) {
+              ec = e.code();
+            }
+            finish(op, ec, r);
+          },
+          asio::detached);
+    } else if (op.awaited) {
       asio::co_spawn(
           io,
           [&op, &finish, a = curl::retry(client, std::move(req), std::move(p), op.stats)]() mutable
@@ -456,13 +535,20 @@ TEST_CASE("http model: curl::retry and async_retry against the fault server matc
 
   std::vector<std::string> failures;
   long by_fault_last[std::size(fault_names)]{};
-  long deadline_cut = 0, missing_requests = 0, slow = 0;
+  long deadline_cut = 0, missing_requests = 0, slow = 0, hedged = 0;
   for (auto& op : ops) {
     op.server_saw = seen.count(op.id) ? seen[op.id] : 0;
     std::vector<std::string> why;
     if (op.completions != 1) {
       why.push_back("completed " + std::to_string(op.completions) + " times");
       failures.push_back(op.describe() + ": " + why.front());
+      continue;
+    }
+    if (op.hedged) {
+      ++hedged;
+      check_hedge(op, why, std::chrono::milliseconds(slack_ms));
+      if (!why.empty())
+        failures.push_back(op.describe() + ": " + why.front());
       continue;
     }
     const unsigned n = op.stats.attempts;
@@ -509,6 +595,7 @@ TEST_CASE("http model: curl::retry and async_retry against the fault server matc
   std::printf("http model: longest the io thread was away: %.1f ms, at %.1f ms\n",
               std::chrono::duration<double, std::milli>(longest_gap).count(),
               std::chrono::duration<double, std::milli>(gap_at - t0).count());
+  std::printf("http model: %ld of them hedged\n", hedged);
   std::printf("http model: %ld operations in %.1f s; %ld cut by their deadline, %ld attempts "
               "that never reached the server, %ld unscripted timeouts; last attempt met:",
               total, seconds, deadline_cut, missing_requests, slow);
