@@ -225,7 +225,9 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   // connection dies before any byte of reply, and it does so for a POST too (it rewinds the
   // body). The server may have acted on the first copy, so a request that must not be sent
   // twice (see may_retry) never starts on a reused connection: then there is nothing to resend.
-  if (!may_retry(r))
+  // So does one asked for a new connection (request::fresh_connection: the retry after an
+  // error that may have broken the connection it used).
+  if (!may_retry(r) || r.fresh_connection)
     set(CURLOPT_FRESH_CONNECT, 1L);
   // libcurl follows GET, HEAD and POST as browsers and curl's own tool do (POST becomes GET on
   // 301, 302 and 303, stays POST with its body on 307 and 308). Any other method is followed

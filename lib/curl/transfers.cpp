@@ -161,7 +161,8 @@ bool client_impl::admit(transfer& t) {
   t.pipewait = http2 && (known == multiplexes_.end() || known->second);
   // A transfer that must not be sent twice gets a fresh connection (CURLOPT_FRESH_CONNECT, see
   // easy_setup.cpp) even to an HTTP/2 origin: it costs a whole connection.
-  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req);
+  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req) &&
+                      !t.req.fresh_connection;
   t.cost = !by_connections_ ? 1 : shares ? 1 : streams_;
   return capacity_ == 0 || used_ + t.cost <= capacity_;
 }
