@@ -771,15 +771,18 @@ TEST_CASE("nginx http2: a version learned through a redirect is the last hop's o
   // for its 4 HTTP/1.1 connections until their timeout.
   asio::io_context io;
   nginx_server h2("redirect_target", tls_server("", "ssl http2"));
-  coretry::test::http_fault_server h1(io.get_executor()); // HTTP/1.1, 0.4 s to answer
-  h1.set_default(
+  // The first hop: https without HTTP/2 (ALPN says http/1.1), 0.4 s to answer with a 302.
+  coretry::test::http_fault_server slow(io.get_executor());
+  slow.set_default(
       {.status = 302, .headers = {{"Location", h2.url("/", true)}}, .body = "", .delay = 400ms});
+  nginx_server h1("redirect_source",
+                  tls_server("  location /go { proxy_pass " + slow.url("") + "; }\n"));
   client_options o;
   o.tls = trusting_file();
   o.max_total_connections = 4;
   o.max_streams_per_connection = 10;
   client c(io.get_executor(), o);
-  request req = get(h1.url("/go"));
+  request req = get(h1.url("/go", true));
   req.follow_redirects = true;
   auto first = perform_on(io, c, req);
   REQUIRE(first.r.status == 200);
