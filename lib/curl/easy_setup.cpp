@@ -232,10 +232,13 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   // libcurl follows GET, HEAD and POST as browsers and curl's own tool do (POST becomes GET on
   // 301, 302 and 303, stays POST with its body on 307 and 308). Any other method is followed
   // by the client (client_impl::redirect).
-  if (r.follow_redirects && !follows_itself(r)) {
+  t.headers.follows = r.follow_redirects && !follows_itself(r);
+  if (t.headers.follows) {
     set(CURLOPT_FOLLOWLOCATION, 1L);
     set(CURLOPT_MAXREDIRS, r.max_redirects);
   }
+  // A proxy's reply to CONNECT is not a response of the request's (header_lines.hpp).
+  set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
   auto append = [&](const std::string& line) {
     curl_slist* next = curl_slist_append(t.header_list, line.c_str());
     if (next)

@@ -184,6 +184,24 @@ TEST_CASE("response size limits are validated") {
   CHECK_NOTHROW(client(io.get_executor(), o));
 }
 
+TEST_CASE("a trailer line starting with HTTP/ does not start a response of its own") {
+  // After a final response's chunked body, a trailer "HTTP/1.1 503 ..." was taken for the status
+  // line of a next response: the real fields were erased and the trailers after it became the
+  // response's fields, a Retry-After among them.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::raw("HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n"
+                               "X-Head: h\r\n\r\n4\r\nbusy\r\n0\r\nHTTP/1.1 503: Again\r\n"
+                               "Retry-After: 30\r\n\r\n",
+                               true));
+  client c(io.get_executor());
+  auto first = perform(io, c, get(server.url()));
+  REQUIRE_FALSE(first.ec);
+  CHECK(first.r.status == 503);
+  CHECK(first.r.header("X-Head") == "h");
+  CHECK_FALSE(first.r.header("Retry-After"));
+}
+
 TEST_CASE("trailer fields are not response headers: a Retry-After trailer is ignored") {
   // Issue 18, finding 9: trailers were merged into response::headers and obeyed.
   asio::io_context io;
