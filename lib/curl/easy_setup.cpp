@@ -4,6 +4,7 @@
 #include <coretry/curl/error.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <new>
@@ -219,8 +220,12 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
     rc = configure_tls(e, t.req.tls ? *t.req.tls : *defaults.tls);
   if (r.connect_timeout.count() > 0)
     set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
-  if (r.timeout.count() > 0)
-    set(CURLOPT_TIMEOUT_MS, static_cast<long>(r.timeout.count()));
+  if (r.timeout.count() > 0) {
+    // What the earlier hops of a redirect the client follows itself left (at least 1 ms:
+    // client_impl::redirect fails the request once nothing is left).
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(r.timeout - t.spent);
+    set(CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<std::int64_t>(left.count(), 1)));
+  }
   // libcurl resends a request by itself, on a fresh connection, when a reused keep-alive
   // connection dies before any byte of reply, and it does so for a POST too (it rewinds the
   // body). The server may have acted on the first copy, so a request that must not be sent

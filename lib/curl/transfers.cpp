@@ -6,6 +6,7 @@
 #include <asio/error.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -207,6 +208,7 @@ void client_impl::start(std::shared_ptr<transfer> t) {
     return;
   }
   t->state = transfer_state::active;
+  t->started = std::chrono::steady_clock::now();
   used_ += t->cost;
   active_.emplace(easy, std::move(t));
   stats_.active.add(1);
@@ -343,6 +345,15 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
 void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
   const int status = static_cast<int>(t->resp.status);
   ++t->hops;
+  // request::timeout covers the whole chain, as it does for the redirects libcurl follows.
+  t->spent += std::chrono::steady_clock::now() - t->started;
+  if (t->req.timeout.count() > 0 && t->spent >= t->req.timeout) {
+    set_abort(*t, make_error_code(errc::operation_timedout),
+              "request::timeout expired during the redirects the client follows itself");
+    const std::error_code ec = t->abort_error;
+    finish(std::move(t), ec);
+    return;
+  }
   if (status == 303) {
     t->req.method = "GET";
     t->req.body.clear();

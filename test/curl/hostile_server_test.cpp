@@ -417,6 +417,29 @@ TEST_CASE("a redirect followed by the client drops credentials when the host cha
   CHECK(other.log()[0].body == "payload");
 }
 
+TEST_CASE("request::timeout covers every redirect the client follows itself") {
+  // Each hop of a PUT's redirects was a new transfer with the whole timeout again: three hops
+  // of 0.4 s passed a 0.6 s timeout (libcurl's own redirects count against one timeout).
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push({.status = 307, .headers = {{"Location", "/b"}}, .body = "", .delay = 400ms});
+  server.push({.status = 307, .headers = {{"Location", "/c"}}, .body = "", .delay = 400ms});
+  server.push(http_action::delayed(400ms, "done"));
+  client c(io.get_executor());
+  request req;
+  req.method = "PUT";
+  req.url = server.url("/a");
+  req.body = "b";
+  req.follow_redirects = true;
+  req.timeout = 600ms;
+  const auto start = std::chrono::steady_clock::now();
+  auto got = perform(io, c, req);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(got.ec == errc::operation_timedout);
+  CHECK(took < 1000ms);
+  CHECK(server.requests() == 2);
+}
+
 TEST_CASE("a redirect loop on a PUT stops at max_redirects") {
   asio::io_context io;
   http_fault_server server(io.get_executor());

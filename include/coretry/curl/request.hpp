@@ -96,7 +96,8 @@ struct CORETRY_CURL_API request {
   /// Limit on the whole transfer from the moment it starts on the network; zero means none.
   /// Must not be negative. Time spent waiting in the client's own queue
   /// (`client_options::max_concurrent_requests`) does not count. Expiry fails the transfer
-  /// with `errc::operation_timedout`.
+  /// with `errc::operation_timedout`. It covers every redirect followed, by libcurl or by the
+  /// client itself.
   std::chrono::milliseconds timeout{0};
   /// Follow 3xx redirects (at most `max_redirects`; beyond, `errc::too_many_redirects`).
   bool follow_redirects = false;
