@@ -367,7 +367,8 @@ void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
   free_headers(*t);
   t->resp = {};
   t->headers = {};
-  t->header_bytes = 0;
+  // header_bytes goes on counting: max_response_headers covers every hop, as for libcurl's own
+  // redirects.
   t->error_buffer[0] = '\0';
   start_or_queue(std::move(t));
 }

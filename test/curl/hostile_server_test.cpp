@@ -440,6 +440,26 @@ TEST_CASE("request::timeout covers every redirect the client follows itself") {
   CHECK(server.requests() == 2);
 }
 
+TEST_CASE("max_response_headers counts every hop of a redirect the client follows itself") {
+  // As for libcurl's own redirects (a GET): the count restarted at each hop of a PUT's.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  const std::string big(600, 'x');
+  client_options o;
+  o.max_response_headers = 1000;
+  client c(io.get_executor(), o);
+  for (const char* method : {"GET", "PUT"}) {
+    CAPTURE(method);
+    server.push({.status = 307, .headers = {{"Location", "/b"}, {"X-Big", big}}, .body = ""});
+    server.push({.headers = {{"X-Big", big}}, .body = "done"});
+    request req;
+    req.method = method;
+    req.url = server.url("/a");
+    req.follow_redirects = true;
+    CHECK(perform(io, c, req).ec == errc::filesize_exceeded);
+  }
+}
+
 TEST_CASE("a redirect loop on a PUT stops at max_redirects") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
