@@ -341,7 +341,8 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
 // The rules of RFC 9110, section 15.4, as browsers and curl's --post301/302/303 apply them,
 // for the methods libcurl does not follow itself (see follows_itself): 303 turns the request
 // into a GET without body; 301, 302, 307 and 308 keep its method and body (only a POST, which
-// libcurl follows, becomes a GET on 301 and 302). Credentials do not follow to another origin.
+// libcurl follows, becomes a GET on 301 and 302). Credentials and a caller's Host
+// do not follow to another origin.
 void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
   const int status = static_cast<int>(t->resp.status);
   ++t->hops;
@@ -361,7 +362,7 @@ void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
   if (origin_of(location) != t->origin)
     std::erase_if(t->req.headers, [](const auto& h) {
       return iequals(h.first, "Authorization") || iequals(h.first, "Cookie") ||
-             iequals(h.first, "Proxy-Authorization");
+             iequals(h.first, "Proxy-Authorization") || iequals(h.first, "Host");
     });
   t->req.url = std::move(location);
   free_headers(*t);
