@@ -240,7 +240,8 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   t.headers.follows = r.follow_redirects && !follows_itself(r);
   if (t.headers.follows) {
     set(CURLOPT_FOLLOWLOCATION, 1L);
-    set(CURLOPT_MAXREDIRS, r.max_redirects);
+    // Less the hops the client followed itself before (a PUT that a 303 made a GET).
+    set(CURLOPT_MAXREDIRS, std::max(r.max_redirects - t.hops, 0L));
   }
   // A proxy's reply to CONNECT is not a response of the request's (header_lines.hpp).
   set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);

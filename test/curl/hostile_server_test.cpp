@@ -467,6 +467,24 @@ TEST_CASE("max_response_headers counts every hop of a redirect the client follow
   }
 }
 
+TEST_CASE("max_redirects counts the hops the client followed before libcurl follows the rest") {
+  // A PUT turned into a GET by a 303 is followed by libcurl from there on, which was given the
+  // whole max_redirects again: 1 + 2 redirects for a limit of 2.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push({.status = 303, .headers = {{"Location", "/b"}}, .body = ""});
+  server.set_default({.status = 302, .headers = {{"Location", "/again"}}, .body = ""});
+  client c(io.get_executor());
+  request req;
+  req.method = "PUT";
+  req.url = server.url("/a");
+  req.body = "b";
+  req.follow_redirects = true;
+  req.max_redirects = 2;
+  CHECK(perform(io, c, req).ec == errc::too_many_redirects);
+  CHECK(server.requests() == 3);
+}
+
 TEST_CASE("a redirect loop on a PUT stops at max_redirects") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
