@@ -31,6 +31,29 @@ bool is_retryable(const std::error_code& ec) noexcept {
          ec == std::errc::connection_aborted || ec == std::errc::timed_out;
 }
 
+bool breaks_connection(const std::error_code& ec) noexcept {
+  if (!ec)
+    return false;
+  if (ec.category() == curl_category()) {
+    switch (static_cast<errc>(ec.value())) {
+    // libcurl closes an HTTP/1.x connection on any failed transfer, but keeps an HTTP/2 one in
+    // its cache after a stream error or a framing error on that stream alone: a retry would
+    // find the same connection.
+    case errc::http2:
+    case errc::http2_stream:
+    case errc::weird_server_reply:
+    case errc::send_error:
+    case errc::recv_error:
+    case errc::got_nothing:
+    case errc::partial_file:
+      return true;
+    default:
+      return false;
+    }
+  }
+  return ec == std::errc::connection_reset || ec == std::errc::connection_aborted;
+}
+
 bool is_retryable_status(long status) noexcept {
   switch (status) {
   case 408:

@@ -4,6 +4,7 @@
 #include <coretry/curl/error.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <new>
@@ -219,21 +220,31 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
     rc = configure_tls(e, t.req.tls ? *t.req.tls : *defaults.tls);
   if (r.connect_timeout.count() > 0)
     set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
-  if (r.timeout.count() > 0)
-    set(CURLOPT_TIMEOUT_MS, static_cast<long>(r.timeout.count()));
+  if (r.timeout.count() > 0) {
+    // What the earlier hops of a redirect the client follows itself left (at least 1 ms:
+    // client_impl::redirect fails the request once nothing is left).
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(r.timeout - t.spent);
+    set(CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<std::int64_t>(left.count(), 1)));
+  }
   // libcurl resends a request by itself, on a fresh connection, when a reused keep-alive
   // connection dies before any byte of reply, and it does so for a POST too (it rewinds the
   // body). The server may have acted on the first copy, so a request that must not be sent
   // twice (see may_retry) never starts on a reused connection: then there is nothing to resend.
-  if (!may_retry(r))
+  // So does one asked for a new connection (request::fresh_connection: the retry after an
+  // error that may have broken the connection it used).
+  if (!may_retry(r) || r.fresh_connection)
     set(CURLOPT_FRESH_CONNECT, 1L);
   // libcurl follows GET, HEAD and POST as browsers and curl's own tool do (POST becomes GET on
   // 301, 302 and 303, stays POST with its body on 307 and 308). Any other method is followed
   // by the client (client_impl::redirect).
-  if (r.follow_redirects && !follows_itself(r)) {
+  t.headers.follows = r.follow_redirects && !follows_itself(r);
+  if (t.headers.follows) {
     set(CURLOPT_FOLLOWLOCATION, 1L);
-    set(CURLOPT_MAXREDIRS, r.max_redirects);
+    // Less the hops the client followed itself before (a PUT that a 303 made a GET).
+    set(CURLOPT_MAXREDIRS, std::max(r.max_redirects - t.hops, 0L));
   }
+  // A proxy's reply to CONNECT is not a response of the request's (header_lines.hpp).
+  set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
   auto append = [&](const std::string& line) {
     curl_slist* next = curl_slist_append(t.header_list, line.c_str());
     if (next)

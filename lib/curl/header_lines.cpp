@@ -35,16 +35,43 @@ void append_value(std::string& out, std::string_view v) {
 
 } // namespace
 
+namespace {
+
+// The status code of a status line ("HTTP/1.1 503 ...", "HTTP/2 200 "), 0 when there is none.
+int status_of(std::string_view line) noexcept {
+  const auto space = line.find(' ');
+  if (space == std::string_view::npos || line.size() < space + 4)
+    return 0;
+  int code = 0;
+  for (char c : line.substr(space + 1, 3)) {
+    if (c < '0' || c > '9')
+      return 0;
+    code = code * 10 + (c - '0');
+  }
+  return code;
+}
+
+} // namespace
+
 void header_reader::line(std::string_view line) {
+  if (finished)
+    return; // trailer fields of the last response: whatever they look like
   if (!in_block) {
     if (line.starts_with("HTTP/")) {
       headers.clear();
       in_block = true;
+      status = status_of(line);
     }
     return; // a trailer field, or the blank line ending the trailers
   }
   if (line == "\r\n" || line == "\n" || line.empty()) {
     in_block = false;
+    // Only an interim response (1xx) or a redirect libcurl follows is followed by another
+    // response in one transfer (a proxy's CONNECT reply is not handed over: easy_setup.cpp
+    // sets CURLOPT_SUPPRESS_CONNECT_HEADERS). After any other, every line is a trailer.
+    const bool interim = status >= 100 && status < 200;
+    const bool hop = follows && status >= 300 && status < 400;
+    finished = !interim && !hop;
     return;
   }
   add_header_line(headers, line);

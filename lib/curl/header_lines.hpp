@@ -34,9 +34,19 @@ void add_header_line(header_list& headers, std::string_view line);
 ///   body (RFC 9112, section 7.1.2): dropped, never merged into the fields (RFC 9110, section
 ///   6.5.1: a trailer must not be taken for a header field; a `Retry-After` sent only as a
 ///   trailer is ignored).
+///
+/// A response ends the transfer unless it is interim (1xx) or a redirect libcurl follows
+/// (`follows`, 3xx): after the block of the last response, every line is a trailer, one that
+/// starts with "HTTP/" included (a trailer named "HTTP/1.1 503" must not start a response whose
+/// "fields" are the trailers after it).
 struct header_reader {
   header_list headers{};
   bool in_block = false;
+  /// Whether libcurl follows redirects on this transfer (set before the first line).
+  bool follows = false;
+  /// The status of the current or last block; whether the last response's block ended.
+  int status = 0;
+  bool finished = false;
 
   void line(std::string_view line);
 };

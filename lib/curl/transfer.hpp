@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -33,6 +34,10 @@ struct transfer {
   bool pipewait = false;
   /// Redirects followed by the client itself so far (see follows_itself).
   long hops = 0;
+  /// When the current hop was handed to libcurl, and the time the earlier hops spent there:
+  /// `request::timeout` covers them all (configure_easy gives each hop what is left).
+  std::chrono::steady_clock::time_point started{};
+  std::chrono::steady_clock::duration spent{};
   /// Its share of the client's admission limit while active (see client_impl::admit).
   std::size_t cost = 0;
   /// "scheme://host:port" of `req.url`, lowercased: what the client learns HTTP/2 support by.

@@ -5,6 +5,7 @@
 #include <coretry/detail/asio.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -160,7 +161,8 @@ bool client_impl::admit(transfer& t) {
   t.pipewait = http2 && (known == multiplexes_.end() || known->second);
   // A transfer that must not be sent twice gets a fresh connection (CURLOPT_FRESH_CONNECT, see
   // easy_setup.cpp) even to an HTTP/2 origin: it costs a whole connection.
-  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req);
+  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req) &&
+                      !t.req.fresh_connection;
   t.cost = !by_connections_ ? 1 : shares ? 1 : streams_;
   return capacity_ == 0 || used_ + t.cost <= capacity_;
 }
@@ -205,6 +207,7 @@ void client_impl::start(std::shared_ptr<transfer> t) {
     return;
   }
   t->state = transfer_state::active;
+  t->started = std::chrono::steady_clock::now();
   used_ += t->cost;
   active_.emplace(easy, std::move(t));
   stats_.active.add(1);
@@ -337,10 +340,20 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
 // The rules of RFC 9110, section 15.4, as browsers and curl's --post301/302/303 apply them,
 // for the methods libcurl does not follow itself (see follows_itself): 303 turns the request
 // into a GET without body; 301, 302, 307 and 308 keep its method and body (only a POST, which
-// libcurl follows, becomes a GET on 301 and 302). Credentials do not follow to another origin.
+// libcurl follows, becomes a GET on 301 and 302). Credentials and a caller's Host
+// do not follow to another origin.
 void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
   const int status = static_cast<int>(t->resp.status);
   ++t->hops;
+  // request::timeout covers the whole chain, as it does for the redirects libcurl follows.
+  t->spent += std::chrono::steady_clock::now() - t->started;
+  if (t->req.timeout.count() > 0 && t->spent >= t->req.timeout) {
+    set_abort(*t, make_error_code(errc::operation_timedout),
+              "request::timeout expired during the redirects the client follows itself");
+    const std::error_code ec = t->abort_error;
+    finish(std::move(t), ec);
+    return;
+  }
   if (status == 303) {
     t->req.method = "GET";
     t->req.body.clear();
@@ -348,13 +361,14 @@ void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
   if (origin_of(location) != t->origin)
     std::erase_if(t->req.headers, [](const auto& h) {
       return iequals(h.first, "Authorization") || iequals(h.first, "Cookie") ||
-             iequals(h.first, "Proxy-Authorization");
+             iequals(h.first, "Proxy-Authorization") || iequals(h.first, "Host");
     });
   t->req.url = std::move(location);
   free_headers(*t);
   t->resp = {};
   t->headers = {};
-  t->header_bytes = 0;
+  // header_bytes goes on counting: max_response_headers covers every hop, as for libcurl's own
+  // redirects.
   t->error_buffer[0] = '\0';
   start_or_queue(std::move(t));
 }

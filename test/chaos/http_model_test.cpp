@@ -35,12 +35,7 @@
 
 #include "support/http_fault_server.hpp"
 #include <doctest/doctest.h>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
+#include <support/asio.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -25,6 +25,23 @@ TEST_CASE("transient transport errors are retryable, permanent ones are not") {
   CHECK_FALSE(is_retryable(std::error_code()));
 }
 
+TEST_CASE("errors that may break a connection send the next attempt on a new one") {
+  CHECK(breaks_connection(errc::http2));
+  CHECK(breaks_connection(errc::http2_stream));
+  CHECK(breaks_connection(errc::weird_server_reply));
+  CHECK(breaks_connection(errc::recv_error));
+  CHECK(breaks_connection(errc::send_error));
+  CHECK(breaks_connection(errc::got_nothing));
+  CHECK(breaks_connection(errc::partial_file));
+  CHECK(breaks_connection(make_error_code(std::errc::connection_reset)));
+  CHECK_FALSE(breaks_connection({}));
+  CHECK_FALSE(breaks_connection(errc::operation_timedout));
+  CHECK_FALSE(breaks_connection(errc::couldnt_connect));
+  CHECK_FALSE(breaks_connection(errc::peer_failed_verification));
+  CHECK_FALSE(breaks_connection(coretry::errc::attempt_timeout));
+  CHECK_FALSE(breaks_connection(coretry::test::operation_aborted));
+}
+
 TEST_CASE("only 408, 429, 500, 502, 503 and 504 are retryable statuses") {
   for (long s : {408L, 429L, 500L, 502L, 503L, 504L})
     CHECK(is_retryable_status(s));

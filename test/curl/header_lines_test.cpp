@@ -14,8 +14,10 @@ using coretry::curl::header_list;
 using coretry::curl::detail::header_reader;
 
 namespace {
-header_list parse(std::initializer_list<std::string_view> lines) {
+// As on a transfer whose redirects libcurl follows, unless `follows` is false.
+header_list parse(std::initializer_list<std::string_view> lines, bool follows = true) {
   header_reader r;
+  r.follows = follows;
   for (auto line : lines)
     r.line(line);
   return r.headers;
@@ -57,6 +59,27 @@ TEST_CASE("trailer fields after the block are not merged into the headers") {
                            "X-Final: 1\r\n", "\r\n", "X-Trailer: t\r\n", "\r\n"});
   REQUIRE(next.size() == 1);
   CHECK(next[0].first == "X-Final");
+}
+
+TEST_CASE("after the last response, a trailer starting with HTTP/ starts nothing") {
+  // A trailer field named "HTTP/1.1 503" erased the fields and made the trailers after it the
+  // response's fields.
+  const auto h = parse({"HTTP/1.1 200 OK\r\n", "X-Head: h\r\n", "\r\n", "HTTP/1.1 503: x\r\n",
+                        "Retry-After: 30\r\n", "\r\n"});
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].first == "X-Head");
+  // A 3xx is the last response when libcurl does not follow it ...
+  const auto kept = parse({"HTTP/1.1 302 Found\r\n", "Location: /x\r\n", "\r\n",
+                           "HTTP/1.1 503: x\r\n", "Retry-After: 30\r\n", "\r\n"},
+                          false);
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].first == "Location");
+  // ... and an interim 1xx (101 before h2c, 100 Continue) never is.
+  const auto upgraded = parse({"HTTP/1.1 101 Switching Protocols\r\n", "Upgrade: h2c\r\n", "\r\n",
+                               "HTTP/2 200 \r\n", "x-final: 1\r\n", "\r\n"},
+                              false);
+  REQUIRE(upgraded.size() == 1);
+  CHECK(upgraded[0].first == "x-final");
 }
 
 TEST_CASE("a folded header line continues the previous field after one space") {

@@ -183,6 +183,24 @@ TEST_CASE("response size limits are validated") {
   CHECK_NOTHROW(client(io.get_executor(), o));
 }
 
+TEST_CASE("a trailer line starting with HTTP/ does not start a response of its own") {
+  // After a final response's chunked body, a trailer "HTTP/1.1 503 ..." was taken for the status
+  // line of a next response: the real fields were erased and the trailers after it became the
+  // response's fields, a Retry-After among them.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::raw("HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n"
+                               "X-Head: h\r\n\r\n4\r\nbusy\r\n0\r\nHTTP/1.1 503: Again\r\n"
+                               "Retry-After: 30\r\n\r\n",
+                               true));
+  client c(io.get_executor());
+  auto first = perform(io, c, get(server.url()));
+  REQUIRE_FALSE(first.ec);
+  CHECK(first.r.status == 503);
+  CHECK(first.r.header("X-Head") == "h");
+  CHECK_FALSE(first.r.header("Retry-After"));
+}
+
 TEST_CASE("trailer fields are not response headers: a Retry-After trailer is ignored") {
   // Issue 18, finding 9: trailers were merged into response::headers and obeyed.
   asio::io_context io;
@@ -388,14 +406,82 @@ TEST_CASE("a redirect followed by the client drops credentials when the host cha
   req.method = "PUT";
   req.url = first.url("/here");
   req.body = "payload";
-  req.headers = {{"Authorization", "Bearer secret"}, {"X-Keep", "1"}};
+  req.headers = {{"Authorization", "Bearer secret"},
+                 {"X-Keep", "1"},
+                 {"Host", "first.example"},
+                 {"Cookie", "session=1"}};
   req.follow_redirects = true;
   auto got = perform(io, c, req);
   REQUIRE_FALSE(got.ec);
   REQUIRE(other.log().size() == 1);
   CHECK(other.log()[0].header("Authorization").empty());
+  CHECK(other.log()[0].header("Cookie").empty());
+  // A Host header names the first origin: the next one gets its own, as libcurl does for the
+  // redirects it follows.
+  CHECK(other.log()[0].header("Host") == "127.0.0.1:" + std::to_string(other.port()));
   CHECK(other.log()[0].header("X-Keep") == "1");
   CHECK(other.log()[0].body == "payload");
+}
+
+TEST_CASE("request::timeout covers every redirect the client follows itself") {
+  // Each hop of a PUT's redirects was a new transfer with the whole timeout again: three hops
+  // of 0.4 s passed a 0.6 s timeout (libcurl's own redirects count against one timeout).
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push({.status = 307, .headers = {{"Location", "/b"}}, .body = "", .delay = 400ms});
+  server.push({.status = 307, .headers = {{"Location", "/c"}}, .body = "", .delay = 400ms});
+  server.push(http_action::delayed(400ms, "done"));
+  client c(io.get_executor());
+  request req;
+  req.method = "PUT";
+  req.url = server.url("/a");
+  req.body = "b";
+  req.follow_redirects = true;
+  req.timeout = 600ms;
+  const auto start = std::chrono::steady_clock::now();
+  auto got = perform(io, c, req);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(got.ec == errc::operation_timedout);
+  CHECK(took < 1000ms);
+  CHECK(server.requests() == 2);
+}
+
+TEST_CASE("max_response_headers counts every hop of a redirect the client follows itself") {
+  // As for libcurl's own redirects (a GET): the count restarted at each hop of a PUT's.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  const std::string big(600, 'x');
+  client_options o;
+  o.max_response_headers = 1000;
+  client c(io.get_executor(), o);
+  for (const char* method : {"GET", "PUT"}) {
+    CAPTURE(method);
+    server.push({.status = 307, .headers = {{"Location", "/b"}, {"X-Big", big}}, .body = ""});
+    server.push({.headers = {{"X-Big", big}}, .body = "done"});
+    request req;
+    req.method = method;
+    req.url = server.url("/a");
+    req.follow_redirects = true;
+    CHECK(perform(io, c, req).ec == errc::filesize_exceeded);
+  }
+}
+
+TEST_CASE("max_redirects counts the hops the client followed before libcurl follows the rest") {
+  // A PUT turned into a GET by a 303 is followed by libcurl from there on, which was given the
+  // whole max_redirects again: 1 + 2 redirects for a limit of 2.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push({.status = 303, .headers = {{"Location", "/b"}}, .body = ""});
+  server.set_default({.status = 302, .headers = {{"Location", "/again"}}, .body = ""});
+  client c(io.get_executor());
+  request req;
+  req.method = "PUT";
+  req.url = server.url("/a");
+  req.body = "b";
+  req.follow_redirects = true;
+  req.max_redirects = 2;
+  CHECK(perform(io, c, req).ec == errc::too_many_redirects);
+  CHECK(server.requests() == 3);
 }
 
 TEST_CASE("a redirect loop on a PUT stops at max_redirects") {

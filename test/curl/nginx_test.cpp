@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/http_fault_server.hpp>
 #include <support/nginx_server.hpp>
 
 #include <curl/curl.h>
@@ -648,4 +649,150 @@ TEST_CASE("nginx https: a pinned CA replaces the system's bundle and directory")
     ~unmount() { ::umount2("/etc/ssl/certs", MNT_DETACH); }
   } restore;
   pinning_checks(work);
+}
+
+TEST_CASE("nginx http2: a retry after a stream reset opens a new connection; after a 503 it "
+          "reuses the pooled one") {
+  if (!nginx_installed())
+    return;
+  // `return 444` over HTTP/2 makes nginx reset the stream (RST_STREAM): libcurl fails the
+  // transfer with errc::http2_stream and keeps the connection in its pool.
+  nginx_server nginx("http2_reset", tls_server("  location /reset { return 444; }\n"
+                                               "  location /busy { return 503; }\n",
+                                               "ssl http2"));
+  asio::io_context io;
+  client c(io.get_executor(), {.tls = trusting_file()});
+  std::vector<std::string> errors;
+  auto policy = quick_policy(3);
+  policy.on_retry = [&](const coretry::retry_event& e) { errors.push_back(e.error.message()); };
+  auto reset = retry_on(io, c, get(nginx.url("/reset", true)), policy);
+  CHECK(reset.stats.attempts == 3);
+  REQUIRE(!errors.empty());
+  MESSAGE("after a stream reset: ", errors.front(), "; ", c.stats().connects,
+          " connections for 3 attempts");
+  CHECK(reset.ec == coretry::curl::errc::http2_stream);
+  CHECK(c.stats().connects == 3); // each retry on a new connection
+
+  client pooled(io.get_executor(), {.tls = trusting_file()});
+  auto busy = retry_on(io, pooled, get(nginx.url("/busy", true)), quick_policy(3));
+  CHECK(busy.stats.attempts == 3);
+  CHECK(busy.r.status == 503);
+  MESSAGE("after 503s: ", pooled.stats().connects, " connection(s) for 3 attempts");
+  CHECK(pooled.stats().connects == 1);
+}
+
+namespace {
+
+struct admitted {
+  int ok = 0;
+  int timed_out = 0;
+  int other = 0;
+  std::size_t peak_active = 0;
+  std::size_t peak_open = 0;
+  std::chrono::milliseconds wall{0};
+};
+
+// `n` copies of `req` at once through `c`, to their ends.
+admitted concurrently(asio::io_context& io, client& c, const request& req, int n) {
+  admitted a;
+  int done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i)
+    c.async_perform(req, [&](std::error_code ec, response r) {
+      ++done;
+      if (!ec && r.status == 200)
+        ++a.ok;
+      else if (ec == coretry::curl::errc::operation_timedout)
+        ++a.timed_out;
+      else
+        ++a.other;
+    });
+  run_until(io, [&] { return done == n; });
+  a.wall = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start);
+  a.peak_active = c.stats().peak_active_transfers;
+  a.peak_open = c.stats().peak_open_connections;
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("nginx http2: POSTs to a known HTTP/2 origin are admitted as whole connections, none "
+          "times out queued inside libcurl") {
+  if (!nginx_installed())
+    return;
+  // Issue 18, finding 4: a POST that may not be retried goes out on a fresh connection
+  // (CURLOPT_FRESH_CONNECT), also to an origin known to speak HTTP/2; admitted as one stream,
+  // 40 of them waited inside libcurl for 4 connections and their request::timeout expired.
+  asio::io_context io;
+  coretry::test::http_fault_server slow(io.get_executor());
+  slow.set_default(coretry::test::http_action::delayed(400ms));
+  nginx_server nginx(
+      "http2_admission",
+      tls_server("  location /slow { proxy_pass " + slow.url("") + "; }\n", "ssl http2"));
+  client_options o;
+  o.tls = trusting_file();
+  o.max_total_connections = 4;
+  o.max_streams_per_connection = 10;
+  client c(io.get_executor(), o);
+  // The origin is learned: HTTP/2.
+  auto first = perform_on(io, c, get(nginx.url("/", true)));
+  REQUIRE(first.r.version == http_version::http2);
+  constexpr int n = 40;
+  request req = post(nginx.url("/slow", true));
+  req.body = "payload";
+  req.timeout = 1500ms; // 10 rounds of 0.4 s would pass it: only the client's queue may wait
+  auto plain = concurrently(io, c, req, n);
+  MESSAGE("40 POSTs of 0.4 s, 4 connections: ", plain.ok, " ok, ", plain.timed_out,
+          " timed out, peak ", plain.peak_active, " in libcurl, ", plain.wall.count(), " ms");
+  CHECK(plain.ok == n);
+  CHECK(plain.timed_out == 0);
+  CHECK(plain.peak_active <= 5); // the first GET's stream and 4 fresh connections
+  CHECK(plain.peak_open <= 4);
+  // A fresh connection asked for (the retry after a broken connection) costs the same.
+  client fresh(io.get_executor(), o);
+  REQUIRE(perform_on(io, fresh, get(nginx.url("/", true))).r.version == http_version::http2);
+  request get_fresh = get(nginx.url("/slow", true));
+  get_fresh.fresh_connection = true;
+  get_fresh.timeout = 1500ms;
+  auto f = concurrently(io, fresh, get_fresh, n);
+  MESSAGE("40 GETs on fresh connections of 0.4 s, 4 connections: ", f.ok, " ok, ", f.timed_out,
+          " timed out, ", f.wall.count(), " ms");
+  CHECK(f.ok == n);
+  CHECK(f.timed_out == 0);
+}
+
+TEST_CASE("nginx http2: a version learned through a redirect is the last hop's origin's") {
+  if (!nginx_installed())
+    return;
+  // Issue 18, finding 4: an HTTP/1.1 origin redirecting to an HTTP/2 one was remembered as
+  // HTTP/2 itself; 40 requests to it were then admitted as streams and waited inside libcurl
+  // for its 4 HTTP/1.1 connections until their timeout.
+  asio::io_context io;
+  nginx_server h2("redirect_target", tls_server("", "ssl http2"));
+  // The first hop: https without HTTP/2 (ALPN says http/1.1), 0.4 s to answer with a 302.
+  coretry::test::http_fault_server slow(io.get_executor());
+  slow.set_default(
+      {.status = 302, .headers = {{"Location", h2.url("/", true)}}, .body = "", .delay = 400ms});
+  nginx_server h1("redirect_source",
+                  tls_server("  location /go { proxy_pass " + slow.url("") + "; }\n"));
+  client_options o;
+  o.tls = trusting_file();
+  o.max_total_connections = 4;
+  o.max_streams_per_connection = 10;
+  client c(io.get_executor(), o);
+  request req = get(h1.url("/go", true));
+  req.follow_redirects = true;
+  auto first = perform_on(io, c, req);
+  REQUIRE(first.r.status == 200);
+  REQUIRE(first.r.version == http_version::http2);
+  constexpr int n = 40;
+  req.timeout = 1500ms;
+  auto a = concurrently(io, c, req, n);
+  MESSAGE("40 GETs to an HTTP/1.1 origin of 0.4 s redirecting to HTTP/2, 4 connections: ", a.ok,
+          " ok, ", a.timed_out, " timed out, peak ", a.peak_active, " in libcurl, ", a.wall.count(),
+          " ms");
+  CHECK(a.ok == n);
+  CHECK(a.timed_out == 0);
+  CHECK(a.peak_active <= 4);
 }

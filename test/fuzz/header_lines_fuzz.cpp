@@ -5,7 +5,8 @@
 // The input is split after each LF, as libcurl splits a header block. Properties: every field
 // name is a non-empty token; no value holds CR, LF or NUL or starts or ends with a space or tab;
 // the fields never hold more bytes than the input; a status line between header blocks drops
-// what came before it.
+// what came before it, unless the last response's block ended (after a final response every
+// line is a trailer: the fields no longer change).
 
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/request.hpp>
@@ -39,15 +40,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   coretry::curl::response r;
   coretry::curl::detail::header_reader reader;
+  reader.follows = size % 2 == 0; // transfers whose 3xx libcurl follows, and others
   std::size_t pos = 0;
   while (pos < input.size()) {
     const std::size_t lf = input.find('\n', pos);
     const std::size_t end = lf == std::string_view::npos ? input.size() : lf + 1;
     const std::string_view line = input.substr(pos, end - pos);
-    const bool between_blocks = !reader.in_block;
+    const bool between_blocks = !reader.in_block && !reader.finished;
+    const bool finished = reader.finished;
+    const std::size_t before = reader.headers.size();
     reader.line(line);
     if (between_blocks && line.starts_with("HTTP/"))
       check(reader.headers.empty(), "a status line kept earlier fields");
+    if (finished)
+      check(reader.finished && reader.headers.size() == before, "a trailer changed the fields");
     pos = end;
   }
   r.headers = std::move(reader.headers);

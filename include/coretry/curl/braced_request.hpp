@@ -49,6 +49,7 @@ struct braced_request {
   bool follow_redirects = false;
   long max_redirects = 10;
   bool retry_non_idempotent = false;
+  bool fresh_connection = false;
   std::optional<tls_options> tls{};
 };
 

@@ -20,6 +20,14 @@ namespace coretry::curl {
 /// unsupported URLs, resolution failures, redirect loops or anything else.
 CORETRY_CURL_API bool is_retryable(const std::error_code& ec) noexcept;
 
+/// Whether a transport error says the connection it came from may be unusable, so that the
+/// next attempt should not go out on it (`request::fresh_connection`): in `curl_category()`,
+/// `http2` (a framing or connection error), `http2_stream` (a stream reset), `weird_server_reply`,
+/// `send_error`, `recv_error`, `got_nothing`, `partial_file`; the generic `connection_reset`
+/// and `connection_aborted`. Not timeouts (a slow server is not a broken connection) nor
+/// errors before a connection exists (`couldnt_connect`, resolution, TLS).
+CORETRY_CURL_API bool breaks_connection(const std::error_code& ec) noexcept;
+
 /// Whether an HTTP status is worth retrying: 408, 429, 500, 502, 503 and 504. Every other
 /// status, other 4xx in particular, is final.
 CORETRY_CURL_API bool is_retryable_status(long status) noexcept;

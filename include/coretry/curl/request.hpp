@@ -96,7 +96,8 @@ struct CORETRY_CURL_API request {
   /// Limit on the whole transfer from the moment it starts on the network; zero means none.
   /// Must not be negative. Time spent waiting in the client's own queue
   /// (`client_options::max_concurrent_requests`) does not count. Expiry fails the transfer
-  /// with `errc::operation_timedout`.
+  /// with `errc::operation_timedout`. It covers every redirect followed, by libcurl or by the
+  /// client itself.
   std::chrono::milliseconds timeout{0};
   /// Follow 3xx redirects (at most `max_redirects`; beyond, `errc::too_many_redirects`).
   bool follow_redirects = false;
@@ -112,6 +113,12 @@ struct CORETRY_CURL_API request {
   /// already took. It costs such requests a new connection each (left in the cache for others
   /// afterwards).
   bool retry_non_idempotent = false;
+  /// Send this request on a new connection, never on one from the client's cache
+  /// (CURLOPT_FRESH_CONNECT); the new connection is cached afterwards as any other. Set by
+  /// `coretry::curl::retry` and `hedge` on the attempt after one whose error
+  /// `breaks_connection`. Under `client_options::max_total_connections` such a request is
+  /// admitted as a whole connection.
+  bool fresh_connection = false;
   /// TLS settings for this request alone, replacing `client_options::tls` as a whole.
   std::optional<tls_options> tls{};
 

@@ -69,7 +69,12 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
         auto impl = st->impl.lock();
         if (!impl || !client_access::open(*impl)) // the client is gone
           co_return std::tuple{coretry::detail::aborted_error(), response{}};
-        auto [ec, r] = co_await async_perform_on(std::move(impl), st->executor, st->req,
+        // After an error that may have left its connection unusable (an HTTP/2 stream or
+        // framing error, a garbled reply), this attempt does not go out on a cached connection.
+        request req = st->req;
+        if (breaks_connection(st->last_error))
+          req.fresh_connection = true;
+        auto [ec, r] = co_await async_perform_on(std::move(impl), st->executor, std::move(req),
                                                  coretry::detail::as_tuple(asio::use_awaitable));
         st->last_error = ec;
         if (ec) {
