@@ -297,12 +297,14 @@ private:
       charge = retry_charge(policy_.budget.get(), now);
     }
     gate_grant grant;
-    if (const std::error_code why = sched_->begin_attempt(now, grant, charge)) {
+    // The token and the charge stay reserved until `on_hedge` has returned: a hook that throws
+    // sends nothing, and `charge` and `token_` go back (the charge by its destructor).
+    retry_charge not_yet;
+    if (const std::error_code why = sched_->begin_attempt(now, grant, not_yet)) {
       token_.returned();
       stop_launching(static_cast<errc>(why.value()));
       return false;
     }
-    token_.used();
     ++launched_;
     ++in_flight_;
     slot& sl = take_slot();
@@ -319,12 +321,15 @@ private:
         sl.running = false;
         sl.cut = hedge_cut::lost;
         sl.grant.report(attempt_kind::abandoned, now);
+        token_.returned();
         --in_flight_;
         free_slots_.push_back(&sl); // never spawned
         finish_thrown(std::current_exception());
         return false;
       }
     }
+    token_.used();
+    charge.used();
     if (policy_.attempt_timeout != unlimited) {
       if (!sl.timer)
         sl.timer.emplace(strand_);
