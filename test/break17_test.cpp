@@ -14,10 +14,13 @@
 #include <support/asio.hpp>
 #include <support/fake_gate.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 using namespace std::chrono_literals;
 using namespace coretry::test;
@@ -242,4 +245,74 @@ TEST_CASE("break17: manual_clock: two contexts, one destroyed with waits; reset 
   CHECK(reset_ran);
   CHECK(manual_clock::pending() == 0);
   CHECK(a_done == 0); // their waits were dropped, not called
+}
+
+TEST_CASE(
+    "break17: hedges failing inline forever, cancelled by a group source from another thread") {
+  // Real time: nothing here sleeps. Attempts fail without suspending, so each hedge relaunches
+  // inline and through posts until the source cancels it from this thread.
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  coretry::cancellation_source source;
+  auto gate = std::make_shared<fake_gate>();
+  std::atomic<int> completions{0}, wrong{0};
+  constexpr int ops = 20;
+  retry_policy p{.max_attempts = UINT_MAX, .backoff = coretry::backoff::fixed(0ns)};
+  p.cancellation = source.token();
+  p.breaker = gate; // touched on the context's thread only (one thread runs it)
+  for (int i = 0; i < ops; ++i)
+    coretry::async_hedge<asio::steady_timer>(
+        io.get_executor(),
+        []() -> asio::awaitable<int> {
+          throw std::system_error(refused);
+          co_return 0;
+        },
+        p, {.delay = 0ns, .max_in_flight = 2},
+        [&](std::error_code ec, int) {
+          if (ec != asio::error::operation_aborted)
+            ++wrong;
+          ++completions;
+        });
+  std::thread runner([&] { io.run(); });
+  std::this_thread::sleep_for(5ms);
+  source.cancel();
+  for (int i = 0; i < 2000 && completions.load() < ops; ++i)
+    std::this_thread::sleep_for(1ms);
+  work.reset();
+  runner.join();
+  CHECK(completions.load() == ops);
+  CHECK(wrong.load() == 0);
+  CHECK(gate->granted == static_cast<int>(gate->log.size()));
+}
+
+TEST_CASE("break17: rate limiter release() racing acquire() on two threads keeps the rate") {
+  // A fixed 1000/s and a clock that stands still: the bucket starts full (burst), then every
+  // token is 1 ms further away. Thread A acquires and releases (a waiter who gives up); thread
+  // B acquires and keeps. Whatever the interleaving, A's releases give back what A took and no
+  // more: B's tokens end exactly where B alone would have put them.
+  coretry::adaptive_rate_limiter rate(coretry::adaptive_rate_options{
+      .burst = 1ms, .initial_rate = 1000, .max_wait = std::chrono::hours(1)});
+  const auto now = std::chrono::nanoseconds(std::chrono::seconds(10));
+  constexpr int n = 20000;
+  std::thread a([&] {
+    for (int i = 0; i < n; ++i) {
+      (void)rate.acquire(now);
+      rate.release(now);
+    }
+  });
+  std::chrono::nanoseconds last{0};
+  std::thread b([&] {
+    for (int i = 0; i < n / 10; ++i)
+      last = rate.acquire(now);
+  });
+  a.join();
+  b.join();
+  // B's n/10 tokens: the first at once (the bucket held one), each next 1 ms later. A release
+  // may hand back a token slot B's reservation was granted in, but never more than A took.
+  const auto alone = std::chrono::milliseconds(n / 10 - 1);
+  CHECK(last <= alone);
+  // And the bucket afterwards: one more acquire lands right after B's last token.
+  const auto next = rate.acquire(now);
+  CHECK(next >= alone);
+  CHECK(next <= alone + 1ms);
 }

@@ -250,7 +250,9 @@ private:
   /// a zero delay, starts attempts in a loop up to `max_in_flight`.
   void try_launch(std::error_code trigger) {
     do {
-      if (!may_launch() || pacing_ || in_flight_ >= hedge_.max_in_flight)
+      // A posted relaunch() launches the rest: looping on here, with a zero delay and attempts
+      // that fail inline, would post one per turn and never give the strand back.
+      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= hedge_.max_in_flight)
         return;
       const nanoseconds now = read_clock<clock>(true);
       if (policy_.rate_limit && !token_) {
