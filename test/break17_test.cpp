@@ -316,3 +316,35 @@ TEST_CASE("break17: rate limiter release() racing acquire() on two threads keeps
   CHECK(next >= alone);
   CHECK(next <= alone + 1ms);
 }
+
+TEST_CASE("break17: reused hedge slots: a stale attempt-timeout wait never cuts a later attempt") {
+  // Each attempt takes 2 ms and fails, under a 3 ms attempt timeout, with a hedge every 1 ms:
+  // slots are freed and reused while earlier timeout waits are cancelled or still queued. No
+  // attempt may be cut.
+  manual_clock::reset();
+  asio::io_context io;
+  int cut = 0, attempts = 0, completions = 0;
+  coretry::hedge_stats stats;
+  retry_policy p{.max_attempts = 60, .attempt_timeout = 3ms};
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(),
+      [&]() -> asio::awaitable<int> {
+        ++attempts;
+        manual_timer t(co_await asio::this_coro::executor);
+        t.expires_after(2ms);
+        auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
+        if (ec)
+          ++cut;
+        throw std::system_error(refused);
+      },
+      p, {.delay = 1ms, .max_in_flight = 3}, stats,
+      [&](std::error_code ec, int) {
+        ++completions;
+        CHECK(ec == refused);
+      });
+  drive(io, [&] { return completions > 0; });
+  CHECK(completions == 1);
+  CHECK(attempts == 60);
+  CHECK(cut == 0);
+  CHECK(stats.reason == coretry::errc::attempts_exhausted);
+}
