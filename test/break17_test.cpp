@@ -348,3 +348,49 @@ TEST_CASE("break17: reused hedge slots: a stale attempt-timeout wait never cuts 
   CHECK(cut == 0);
   CHECK(stats.reason == coretry::errc::attempts_exhausted);
 }
+
+TEST_CASE("break17: cancelled while pacing: the send token goes back, in both machines") {
+  for (const bool hedged : {false, true}) {
+    CAPTURE(hedged);
+    manual_clock::reset();
+    asio::io_context io;
+    coretry::cancellation_source source;
+    auto gate = std::make_shared<fake_gate>();
+    auto rate = std::make_shared<token_rate>();
+    auto budget = std::make_shared<counting_budget>();
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(0ns)};
+    p.breaker = gate;
+    p.rate_limit = rate;
+    p.budget = budget;
+    p.cancellation = source.token();
+    int sent = 0, completions = 0;
+    std::error_code error;
+    auto op = [&]() -> asio::awaitable<int> {
+      ++sent;
+      rate->wait = 50ms; // every later token is 50 ms away
+      throw std::system_error(refused);
+      co_return 0;
+    };
+    auto done = [&](std::error_code ec, int) {
+      ++completions;
+      error = ec;
+    };
+    if (hedged)
+      coretry::async_hedge<manual_timer>(io.get_executor(), op, p, {.delay = 1ms}, done);
+    else
+      coretry::async_retry<manual_timer>(io.get_executor(), op, p, done);
+    io.poll();
+    manual_clock::advance(10ms);
+    io.restart();
+    io.poll();
+    CHECK(sent == 1);
+    source.cancel();
+    drive(io, [&] { return completions > 0; });
+    CHECK(completions == 1);
+    CHECK(error == asio::error::operation_aborted);
+    CHECK(rate->acquired == 2);
+    CHECK(rate->acquired - rate->released == sent);
+    CHECK(budget->granted - budget->refunded <= 0);
+    CHECK(gate->granted == static_cast<int>(gate->log.size()));
+  }
+}
