@@ -394,3 +394,33 @@ TEST_CASE("break17: cancelled while pacing: the send token goes back, in both ma
     CHECK(gate->granted == static_cast<int>(gate->log.size()));
   }
 }
+
+TEST_CASE("break17: a zero-delay hedge failing inline gives the strand back after a few attempts") {
+  manual_clock::reset();
+  asio::io_context io;
+  coretry::cancellation_source source;
+  retry_policy p{.max_attempts = 100000, .backoff = coretry::backoff::fixed(0ns)};
+  p.cancellation = source.token();
+  int attempts = 0, completions = 0;
+  std::error_code error;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(),
+      [&]() -> asio::awaitable<int> {
+        ++attempts;
+        throw std::system_error(refused);
+        co_return 0;
+      },
+      p, {.delay = 0ns, .max_in_flight = 2},
+      [&](std::error_code ec, int) {
+        ++completions;
+        error = ec;
+      });
+  io.poll_one(); // the start: a bounded number of inline attempts, then a post
+  CHECK(attempts > 0);
+  CHECK(attempts <= 4 * static_cast<int>(coretry::detail::max_inline_relaunch));
+  source.cancel();
+  drive(io, [&] { return completions > 0; });
+  CHECK(completions == 1);
+  CHECK(error == asio::error::operation_aborted);
+  CHECK(attempts < 100000);
+}
