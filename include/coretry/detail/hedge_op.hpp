@@ -250,7 +250,9 @@ private:
   /// a zero delay, starts attempts in a loop up to `max_in_flight`.
   void try_launch(std::error_code trigger) {
     do {
-      if (!may_launch() || pacing_ || in_flight_ >= hedge_.max_in_flight)
+      // A posted relaunch() launches the rest: looping on here, with a zero delay and attempts
+      // that fail inline, would post one per turn and never give the strand back.
+      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= hedge_.max_in_flight)
         return;
       const nanoseconds now = read_clock<clock>(true);
       if (policy_.rate_limit && !token_) {
@@ -297,12 +299,14 @@ private:
       charge = retry_charge(policy_.budget.get(), now);
     }
     gate_grant grant;
-    if (const std::error_code why = sched_->begin_attempt(now, grant, charge)) {
+    // The token and the charge stay reserved until `on_hedge` has returned: a hook that throws
+    // sends nothing, and `charge` and `token_` go back (the charge by its destructor).
+    retry_charge not_yet;
+    if (const std::error_code why = sched_->begin_attempt(now, grant, not_yet)) {
       token_.returned();
       stop_launching(static_cast<errc>(why.value()));
       return false;
     }
-    token_.used();
     ++launched_;
     ++in_flight_;
     slot& sl = take_slot();
@@ -319,12 +323,15 @@ private:
         sl.running = false;
         sl.cut = hedge_cut::lost;
         sl.grant.report(attempt_kind::abandoned, now);
+        token_.returned();
         --in_flight_;
         free_slots_.push_back(&sl); // never spawned
         finish_thrown(std::current_exception());
         return false;
       }
     }
+    token_.used();
+    charge.used();
     if (policy_.attempt_timeout != unlimited) {
       if (!sl.timer)
         sl.timer.emplace(strand_);
