@@ -269,7 +269,7 @@ TEST_CASE(
         },
         p, {.delay = 0ns, .max_in_flight = 2},
         [&](std::error_code ec, int) {
-          if (ec != asio::error::operation_aborted)
+          if (ec != coretry::test::operation_aborted)
             ++wrong;
           ++completions;
         });
@@ -387,7 +387,7 @@ TEST_CASE("break17: cancelled while pacing: the send token goes back, in both ma
     source.cancel();
     drive(io, [&] { return completions > 0; });
     CHECK(completions == 1);
-    CHECK(error == asio::error::operation_aborted);
+    CHECK(error == coretry::test::operation_aborted);
     CHECK(rate->acquired == 2);
     CHECK(rate->acquired - rate->released == sent);
     CHECK(budget->granted - budget->refunded <= 0);
@@ -421,6 +421,6 @@ TEST_CASE("break17: a zero-delay hedge failing inline gives the strand back afte
   source.cancel();
   drive(io, [&] { return completions > 0; });
   CHECK(completions == 1);
-  CHECK(error == asio::error::operation_aborted);
+  CHECK(error == coretry::test::operation_aborted);
   CHECK(attempts < 100000);
 }
