@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Sourced by .ci/test and .ci/demo: installs the Debian packages named in "$@" that are missing.
 coretry_install_packages() {
   local missing=()

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Small helpers shared by the benchmark programs: command-line options, /proc readings, and the
 // one output format `.ci/bench` reads.

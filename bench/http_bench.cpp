@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // HTTP under retries, against coretry_bench_server in its own process (started here, on
 // loopback, fresh for every run). One variant per process.
 //

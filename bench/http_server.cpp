@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // coretry_bench_server: the HTTP/1.1 server of the HTTP benchmarks, on 127.0.0.1, one thread,
 // keep-alive. A request for /r/<id> fails with 503 the first time it is seen when the rule says
 // so, and gets "200 ok" otherwise:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Per-call costs of the retry loop, each next to its baseline. The variants alternate inside
 // each repetition, in one process, so that a slow moment of a loaded machine hits both sides.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Many operations waiting in backoff on one thread: memory, start-up, cancel-all and timer
 // accuracy. One variant per process (`.ci/bench` runs each in a fresh process and alternates
 // them), so that no variant inherits a heap another one grew and freed.

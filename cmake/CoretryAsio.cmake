@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Chooses the Asio coretry is built against, with one option:
 #   CORETRY_ASIO=standalone  standalone Asio 1.22.1 to 1.38.x (Debian 12: libasio-dev, 1.22.1);
 #                            CORETRY_ASIO_INCLUDE_DIR names another copy (the directory that holds

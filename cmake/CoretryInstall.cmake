@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Install rules, the CMake config package and the pkg-config files.
 #  - find_package(coretry CONFIG [COMPONENTS curl]) gives coretry::coretry and, when it was
 #    built, coretry::curl (component "curl");

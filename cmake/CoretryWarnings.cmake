@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # coretry_set_warnings(target): the project's warning set and its own Asio policy, PRIVATE to its
 # own targets (a consumer's code is compiled as the consumer chose).
 option(CORETRY_WERROR "Treat warnings as errors" OFF)

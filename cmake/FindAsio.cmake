@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Finds standalone Asio (Debian: libasio-dev) and provides the imported target Asio::Asio.
 find_path(Asio_INCLUDE_DIR NAMES asio.hpp HINTS ${CORETRY_ASIO_INCLUDE_DIR})
 if(Asio_INCLUDE_DIR AND EXISTS "${Asio_INCLUDE_DIR}/asio/version.hpp")

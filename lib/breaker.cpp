@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <coretry/breaker.hpp>
 #include <coretry/random.hpp>
 

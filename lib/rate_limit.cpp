@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <coretry/rate_limit.hpp>
 
 #include <algorithm>

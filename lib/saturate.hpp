@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Saturating time arithmetic for the overload controls: every `now` they take is any time on the
 // caller's clock, so sums and products of durations are held at the ends of int64 instead of

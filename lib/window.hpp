@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Private: a sliding-window event counter made of one atomic word per bucket, shared by the
 // windowed retry budget and the circuit breaker. Not installed.

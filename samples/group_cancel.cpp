@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Cancelling a whole group of in-flight retries from another thread, as a service does at
 // shutdown. 1000 operations retry a dependency that is down, on an io_context run by two
 // threads; some are sleeping between attempts, some are stuck inside a slow attempt. The main

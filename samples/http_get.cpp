@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // http_get: fetch URLs concurrently with retries, printing every attempt.
 //
 //   http_get [--attempts N] [--timeout MS] [--jitter KIND] [--cacert FILE] [--insecure]

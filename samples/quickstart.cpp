@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The README's first example: retry a flaky operation with jittered exponential backoff.
 #include <coretry/coretry.hpp>
 

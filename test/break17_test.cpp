@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Hostile cases against the reservations of issue 17: every breaker grant reported once, every
 // send token and budget charge settled once, on the paths nobody walks on purpose (a hook or a
 // predicate that throws, a context destroyed mid-wait, a clock reset from a handler). On the

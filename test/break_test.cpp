@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Hostile review of issue 8: targeted attempts to make an operation complete twice, never, or
 // touch freed memory. Each case asserts something that could fail; run under asan and tsan too.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The circuit breaker on its own, with explicit times: every transition and every count.
 
 #include <coretry/breaker.hpp>

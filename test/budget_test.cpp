@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Retry budgets on their own, with explicit times: the gRPC token bucket and the sliding-window
 // ratio budget.
 

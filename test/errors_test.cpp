@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The rows of docs/errors.md that no other test checks exactly: each invalid input's message,
 // and each coretry::errc's message, as the table quotes them.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Hedged operations at the extremes: attempts that fail without suspending, very many attempts,
 // an operation that completes at once, a result type that cannot be assigned. On the manual
 // clock, or on real executors with no timer at all.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Hedged operations: on the manual clock, with scripted attempts that record when each started
 // and how each ended; then a two-thread stress run on real (microsecond) timers.
 

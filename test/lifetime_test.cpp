@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Exactly once, whatever happens: regression tests for the ways an operation used to be lost,
 // completed twice, or touched after its death.
 

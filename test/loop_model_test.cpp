@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The retry loop against a reference model: thousands of seeded operations with random
 // policies (attempts, deadline, attempt timeout, backoff, breaker, budget, sending rate),
 // random attempt outcomes (success, retryable or permanent failure after some time, hangs) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The shipped test clock: what a test may leave behind. A test may end with operations asleep on
 // manual_timer; their waits go with their io_context, and reset() between tests never touches a
 // context that is gone. Run under ASan to see the difference.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // How the loop uses a circuit breaker (attempt_gate) and a sending rate (send_rate): with
 // scripted fakes, on the manual clock.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The adaptive rate limiter on its own, with explicit times: measurement, the decrease on a
 // throttle, the cubic climb back, and the waits of the token bucket.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // What an operation takes from the shared overload controls is settled exactly once, and each
 // attempt is judged once for every listener: the send token, the budget's retry and the
 // breaker's grant on every path; the deadline, from the call, over any predicate; seeded

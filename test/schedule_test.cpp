@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The loop's decisions on their own (no coroutine, no timer), and the API's former traps.
 
 #include <coretry/detail/schedule.hpp>

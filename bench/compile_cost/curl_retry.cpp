@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Compile-cost probe (.ci/compile-cost): one unit calling coretry::curl::retry.
 #include <coretry/curl/curl.hpp>
 

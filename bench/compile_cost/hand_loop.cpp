@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Compile-cost probe (.ci/compile-cost): the same job as curl_retry.cpp, a hand-written loop.
 #include <coretry/curl/client.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `attempt_context`: what an attempt may learn from, and tell, the retry loop.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `circuit_breaker`: stops sending to an upstream that keeps failing, and probes it before

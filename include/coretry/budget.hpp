@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// Retry budgets: limits shared by many operations so that retries cannot multiply an outage.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// Group cancellation: one source stops any number of in-flight retry operations, from any thread.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// Umbrella header: the whole core API of coretry. The libcurl adapter has its own,

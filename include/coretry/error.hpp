@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// coretry's error codes. Cancellation is not one of them: a cancelled retry completes with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `CORETRY_API` and `CORETRY_CURL_API`: what the shared libraries libcoretry.so and

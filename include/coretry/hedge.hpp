@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// Hedging: `co_await hedge_async(op, policy, hedge)` and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// What the retry loop asks of the overload controls that many operations share: a gate that

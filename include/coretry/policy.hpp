@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `retry_policy`: everything a retry loop needs to know, as one aggregate.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `adaptive_rate_limiter`: a client-side sending rate that backs off when the upstream throttles

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// The retry loop: `co_await retry_async(op, policy)` and `async_retry(executor, op, policy, token)`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// coretry's version, as `project()` in CMakeLists.txt states it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Private: the state behind coretry::curl::client, the transfer queue and handle pool above
 // the driver. Not installed. Serialized by `mutex_` alone (the rule is at the top of driver.cpp).

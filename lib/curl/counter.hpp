@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Private: a counter with its peak, read without locking by client::stats(). Not installed.
 

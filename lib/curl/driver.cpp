@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Drives one libcurl multi handle from Asio: socket and timer callbacks, waits, done messages.
 //
 // Serialization rule (the whole client follows it): one lock, no strand. Every piece of a

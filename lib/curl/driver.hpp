@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Private: drives one libcurl multi handle from Asio (socket and timer callbacks, waits).
 // Not installed. The serialization rule of the client is at the top of driver.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Turns a `request` into a configured easy handle: options, headers, body, response callbacks.
 
 #include <coretry/curl/classify.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/request.hpp>
 

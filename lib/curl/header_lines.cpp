@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Response header lines as libcurl delivers them, into `response::headers`.
 
 #include "header_lines.hpp"

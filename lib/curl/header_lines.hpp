@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Private: turning the header lines libcurl hands to CURLOPT_HEADERFUNCTION into
 // `response::headers`. Apart from the easy handle so that it can be tested and fuzzed on its

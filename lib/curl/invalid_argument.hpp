@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Private: the one way the adapter reports a bad field. Not installed.
 

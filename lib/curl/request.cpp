@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Validation of `request` (and the adapter's one way of reporting a bad field): every bad field
 // is a std::invalid_argument naming the field and its value, thrown at the call, before anything
 // reaches libcurl.

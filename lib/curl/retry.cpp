@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // `coretry::curl::retry` and `hedge`, compiled once here instead of in every unit that calls it (see
 // include/coretry/curl/retry.hpp: detail::retry_compiled).
 #include <coretry/curl/hedge.hpp>

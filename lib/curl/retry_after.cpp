@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Retry-After (RFC 9110, section 10.2.3): delta-seconds or an HTTP-date (section 5.6.7), parsed
 // by hand and strictly: curl_getdate accepts far more than HTTP-date (any zone, trailing words,
 // missing fields), and a hint read from a malformed date would make the loop wait for nothing.

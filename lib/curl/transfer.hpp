@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Private: one perform, as the transfer queue and the easy-handle setup see it. Not installed.
 

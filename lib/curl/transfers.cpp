@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The queue and pool of transfers under the connection limit: submit, start, cancel, finish.
 
 #include <coretry/curl/classify.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Many clients race to update one optimistic-concurrency row: the classic comparison of
 // backoff jitter kinds, run in model time on coretry's public test clock (no wall clock, no
 // network).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // retry_storm: the experiment of "Exponential Backoff or how not to crash a server", live.
 // For each outage length and each strategy: start a fresh retry_storm_server, let the swarm reach
 // a steady state, freeze the server (SIGSTOP), thaw it (SIGCONT) and watch whether the service

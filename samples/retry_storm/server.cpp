@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // retry_storm_server: an HTTP/1.1 server whose response time follows the latency model of
 // "Exponential Backoff or how not to crash a server".
 //

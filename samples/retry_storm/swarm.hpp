@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The client swarm: N independent users in closed loops, each retrying failed requests with one
 // retry strategy, all on one thread.

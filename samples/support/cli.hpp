@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The samples' command lines, one parser for all: GNU getopt_long underneath, with the
 // conventions of common tools. `--help` (or `-h`) prints the usage on stdout and exits 0; an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // See fd_limit.hpp.
 #include "fd_limit.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Process limits for the samples that open many sockets. Part of the samples' support library.
 

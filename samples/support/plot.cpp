@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The gnuplot-or-SVG pictures of the samples; see plot.hpp.
 #include "plot.hpp"
 

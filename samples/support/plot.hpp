@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Line charts for the samples: a PNG drawn by gnuplot when it is installed, else an SVG written
 // here (no dependency beyond the standard library). Part of the samples' support library.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // What both chaos tests share: their knobs from the environment, the seed they print, and the
 // descriptor count they compare.

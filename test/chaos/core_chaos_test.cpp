@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Chaos: many operations through every front end, with random outcomes, timeouts, deadlines and
 // cancellation from another thread (slots, individual and shared group sources, cancels racing
 // starts), on a 2-thread io_context, some rounds of which are destroyed mid-flight.

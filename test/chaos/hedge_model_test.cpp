@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The hedge state machine against a reference model: thousands of randomised hedged operations
 // on the manual clock, each checked for what the docs promise whatever the settings and the
 // attempts do: attempts <= max_attempts, at most max_in_flight at once, none started at or after

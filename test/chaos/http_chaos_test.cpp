@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // HTTP chaos: retrying requests through coretry::curl against the loopback fault server, which
 // answers each request at random with a response, a 503 (with or without Retry-After), a
 // connection reset, a close without reply, a hang or a late reply. Each round runs on a

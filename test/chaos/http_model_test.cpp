@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The curl adapter against a reference model: hundreds of randomised, seeded retrying requests
 // (`coretry::curl::retry` awaited, `coretry::curl::async_retry` with a callback, and
 // `coretry::curl::hedge` for some GETs) run at once on one io_context against the loopback fault

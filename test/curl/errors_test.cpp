@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The curl rows of docs/errors.md that no other test checks: too many open files, a failed TLS
 // handshake, and what the retry loop makes of each.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Response header lines as libcurl hands them over, into response::headers: the rules the
 // header_lines fuzz target checks, one case each.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Issue 18: what a hostile or broken server cannot do to a client. No exception crosses a
 // libcurl callback, responses are bounded, and the failures that repeat identically are never
 // retried.

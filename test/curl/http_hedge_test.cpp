@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // coretry::curl::hedge against the loopback fault server. The hedge delay runs on the manual
 // clock where the test needs to say when the next copy starts.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // coretry::curl against a real server: nginx on loopback (Debian's nginx-light), over HTTP,
 // HTTPS with a CA made at test time, and HTTP/2. Each test case starts its own nginx on a free
 // port of 127.0.0.1 and stops it. Without nginx the cases skip with a message, and fail under

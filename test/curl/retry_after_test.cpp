@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <coretry/curl/retry_after.hpp>
 
 #include <doctest/doctest.h>

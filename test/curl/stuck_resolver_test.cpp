@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A name lookup that never answers must not hold the io thread: libcurl's threaded resolver
 // runs getaddrinfo, and this executable defines getaddrinfo itself (the dynamic linker prefers
 // the executable's definition to libc's, and to a sanitizer's interceptor), so a lookup of

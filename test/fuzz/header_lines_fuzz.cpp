@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Fuzz target: response header handling, i.e. what the curl adapter makes of the header lines
 // libcurl passes to CURLOPT_HEADERFUNCTION (lib/curl/header_lines.hpp), then what
 // coretry::curl::retry reads from them (Retry-After on 429/503).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Fuzz target: backoff, retry_policy and the overload controls (circuit breaker, budgets,
 // adaptive rate limiter) built from arbitrary numbers, then the pure schedule of
 // include/coretry/detail/schedule.hpp driven with arbitrary attempt durations, outcomes and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Fuzz target: request validation (method, URL, headers, timeouts, body) and the idempotency
 // rules that decide whether a request may be sent twice.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Fuzz target: the Retry-After parser and the HTTP-date parser behind it.
 //
 // Properties: no crash or undefined behaviour; a result is never negative nor above

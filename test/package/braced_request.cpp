@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The HTTP spelling a user writes first, a braced request inside co_await. g++ 12 miscompiles it
 // (free(): invalid pointer at run time); coretry makes g++ 12 refuse it at compile time with a
 // message that says what to write (package.braced_request_gcc12); other compilers run it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # package.flavour: an application written for the Asio this build uses (Boost.Asio, or the
 # standalone Asio CORETRY_ASIO_INCLUDE_DIR names), built against the install tree of
 # package.install and run. Meant for builds with another Asio than the system's.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # A consumer that knows only pkg-config: one plain compiler command line, as the README writes
 # it, run under AddressSanitizer (which reports any Asio memory allocated one way and freed the
 # other across the program and coretry's library).

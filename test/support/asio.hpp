@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The Asio the tests run against, named `asio::` at global scope in either flavour (standalone
 // Asio, or Boost.Asio under `namespace asio = boost::asio`), with the parts the tests use beyond

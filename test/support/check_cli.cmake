@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # The samples' command-line conventions, for one program (ctest sample.cli.<name>):
 #  - `--help` prints the usage on stdout (and nothing on stderr) and exits 0;
 #  - an unknown option exits 2, naming it on stderr, stdout empty;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Asserts the samples' qualitative claims from the CSV files they wrote, so that ctest checks
 # their machine-readable output rather than their own opinion of it.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // A hand-driven circuit breaker for the tests: refuses while `open`, counts grants and logs every
 // outcome it hears, one entry each.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <support/asio.hpp>
 #include <support/http_fault_server.hpp>
 

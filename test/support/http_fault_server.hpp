@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // A small HTTP/1.1 server on 127.0.0.1 for the curl adapter's tests. Each request takes the next
 // scripted action (then the default action): a response, a reset, a close without reply, a hang,

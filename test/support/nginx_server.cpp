@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include "nginx_server.hpp"
 
 #include <support/asio.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // nginx on loopback for integration tests: a configuration written into the build tree, a free
 // port on 127.0.0.1, nginx run in the foreground as the current user (root or not) and stopped

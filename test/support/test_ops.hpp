@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Scripted operations for retry-loop tests: each call follows the next step of a script.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// The request parameter of the HTTP front ends (`retry`, `async_retry`, `hedge`,

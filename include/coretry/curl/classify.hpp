@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// The HTTP retry classification used by `coretry::curl::retry`, public for other retry loops.

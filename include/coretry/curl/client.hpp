@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `coretry::curl::client`: HTTP transfers on a libcurl multi handle driven by Asio.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// Umbrella header of the libcurl adapter (target `coretry::curl`).

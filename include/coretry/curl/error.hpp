@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// Transport errors of the libcurl adapter: `CURLcode` values as `std::error_code`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `coretry::curl::hedge`: an HTTP request hedged under a `coretry::retry_policy` and

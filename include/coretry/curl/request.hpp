@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `request` and `response`: what `client::perform` sends and returns.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// `coretry::curl::retry`: an HTTP request under a `coretry::retry_policy`, with HTTP-aware

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// Parsing the HTTP `Retry-After` header field (RFC 9110, section 10.2.3).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The one place that names an Asio: standalone Asio (1.22.1 to 1.38.x) or Boost.Asio (Boost 1.81
 // and later, up to the Asio 1.38 it carries). Every other header includes this one and spells

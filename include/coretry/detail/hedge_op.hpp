@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The hedged operation: one state on a strand, attempts co_spawned beside each other on that
 // strand, each with its own cancellation signal, and three kinds of timer (the next hedge, each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // What an operation takes from the shared overload controls, as objects that settle exactly
 // once: a breaker's grant (`gate_grant`), a send token (`send_token`) and a retry charged to a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The retry loop: runs attempts and sleeps as the schedule (schedule.hpp) decides. Private:
 // include <coretry/retry.hpp>.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // How a retry operation starts and completes: the initiation behind async_retry (and behind
 // retry_async when something may cancel it), the state shared with the handlers that cancel it,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The retry loop's decisions, apart from any coroutine, timer or executor: given what an attempt
 // did and what time it is, stop (and report what) or sleep (and for how long). Private: the

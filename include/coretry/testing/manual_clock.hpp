@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file
 /// A clock that moves only when a test says so, and a timer on it that meets the requirements of

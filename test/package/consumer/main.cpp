@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Uses coretry through its umbrella header only, as an installed package.
 #include <coretry/coretry.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Uses coretry::curl as an installed package: a retried GET to a closed loopback port (each
 // attempt refused), then the core loop, all through coretry's public headers. Built by CMake
 // (find_package COMPONENTS curl) and by a plain compiler command line from pkg-config, the

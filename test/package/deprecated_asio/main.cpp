@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // An application that still uses Asio names its version deprecates (io_service,
 // io_context::work): linking coretry must not change how its own code compiles.
 #include <coretry/coretry.hpp>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Runs the parent's program, then installs the parent (its export set refers to coretry's).
 execute_process(COMMAND "${BUILD_DIR}/parent_app" RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

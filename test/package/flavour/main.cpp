@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // An application in its own Asio's spelling (boost::asio and boost::system::error_code with
 // Boost.Asio), using an installed coretry built for that Asio.
 #include <coretry/coretry.hpp>

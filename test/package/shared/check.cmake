@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Runs the shared consumer and checks the libraries' SONAMEs (readelf).
 execute_process(COMMAND "${BUILD_DIR}/shared_consumer" RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
