@@ -249,7 +249,7 @@ int multi_driver::on_socket(CURL* easy, curl_socket_t fd, int what, void* userp,
                                  "exception while watching a socket");
     self->callback_failed_ = true;
     if (auto it = self->sockets_.find(fd); it != self->sockets_.end()) {
-      std::error_code ec;
+      coretry::detail::asio_error_code ec;
       it->second->want = 0;
       it->second->desc.cancel(ec);
     }
