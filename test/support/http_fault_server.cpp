@@ -152,7 +152,7 @@ struct http_fault_server::state : std::enable_shared_from_this<state> {
                            "\r\nContent-Length: " + std::to_string(a.body.size()) +
                            "\r\nConnection: close\r\n\r\n" + a.body;
         co_await asio::async_write(*sock, asio::buffer(head), nothrow);
-        std::error_code ignored;
+        coretry::test::error_code ignored;
         if (!a.keep_alive) // at once, as a reset
           sock->set_option(asio::socket_base::linger(true, 0), ignored);
         sock->close(ignored); // the unread upload makes it a reset anyway
