@@ -22,7 +22,6 @@
 /// neither does process exit (the queue itself is never destroyed).
 
 #include <coretry/config.hpp>
-
 #include <coretry/detail/asio.hpp>
 
 #include <chrono>
