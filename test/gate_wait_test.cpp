@@ -305,6 +305,37 @@ TEST_CASE("wait: a hedged operation waits for the breaker too") {
   CHECK(gate->granted >= 1);
 }
 
+TEST_CASE("wait: a hedged operation cancelled while it waits completes once") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<timed_gate>();
+  gate->open_until = 1h;
+  auto rate = std::make_shared<counting_rate>();
+  scripted_op op{{succeed(9)}};
+  coretry::cancellation_source source;
+  retry_policy p = waiting(gate);
+  p.cancellation = source.token();
+  p.rate_limit = rate;
+  outcome o;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p, {.delay = 50ms, .max_in_flight = 2}, record(o));
+  drive(io, [&] { return gate->refused > 0; });
+  manual_clock::advance(10s);
+  io.restart();
+  io.poll();
+  REQUIRE(o.completions == 0);
+  source.cancel();
+  drive(io, [&] { return o.completions > 0; });
+  io.restart();
+  io.poll();
+  CHECK(o.completions == 1);
+  CHECK(o.error == coretry::test::operation_aborted);
+  CHECK(o.at == 10s);
+  CHECK(op.calls == 0);
+  CHECK(rate->acquired == rate->released); // no token kept while waiting
+  CHECK(gate->log.empty());
+}
+
 TEST_CASE("wait: the real breaker spreads waiters past the break and ramps them in") {
   // 100 operations find the breaker open (1 s break, no jitter). They come back spread over
   // `retry_interval` past the break; the first is the probe, and its success closes the
