@@ -79,7 +79,7 @@ struct circuit_breaker_options {
 ///   the failure ratio over the last `window` reaches `failure_ratio` with at least
 ///   `minimum_throughput` outcomes, it opens.
 /// - **open**: `try_acquire` refuses (the loop then stops with `errc::circuit_open`, sending
-///   nothing) until the break, `break_duration` jittered, is over; the first `try_acquire` after
+///   nothing, or waits under `on_open::wait`) until the break, `break_duration` jittered, is over; the first `try_acquire` after
 ///   that moves to half-open and is the first probe.
 /// - **half_open**: up to `half_open_probes` attempts in flight; each success counts and frees
 ///   its slot, `half_open_probes` successes close the breaker (with an empty window and run of
