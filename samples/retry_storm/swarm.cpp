@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #include "swarm.hpp"
 
+#include <coretry/attempt.hpp>
 #include <coretry/error.hpp>
 #include <coretry/random.hpp>
 #include <coretry/retry.hpp>
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <istream>
 #include <limits>
 #include <stdexcept>
@@ -184,7 +186,7 @@ parsed_url parse_url(const std::string& url) {
 /// One GET over a fresh connection, read to the end; returns the status. Cancellation (the retry
 /// loop's attempt timeout) reaches every socket operation through the coroutine's cancellation
 /// slot, and the socket is closed when the frame unwinds.
-asio::awaitable<long> asio_get(const parsed_url& target, const std::string& request) {
+asio::awaitable<http_answer> asio_get(const parsed_url& target, const std::string& request) {
   tcp::socket socket(co_await asio::this_coro::executor);
   co_await socket.async_connect(target.endpoint, asio::use_awaitable);
   co_await asio::async_write(socket, asio::buffer(request), asio::use_awaitable);
@@ -202,7 +204,12 @@ asio::awaitable<long> asio_get(const parsed_url& target, const std::string& requ
   (void)n;
   if (ec && ec != asio::error::eof)
     throw std::system_error(ec);
-  co_return status;
+  http_answer answer{status, 0};
+  std::string line;
+  while (std::getline(in, line) && line != "\r")
+    if (line.rfind("Retry-After:", 0) == 0)
+      answer.retry_after_s = std::atof(line.c_str() + 12);
+  co_return answer;
 }
 
 /// The retry loop's own attempt timeout (seen inside the attempt as its cancellation), or a
@@ -246,14 +253,17 @@ swarm::swarm(asio::io_context& io, swarm_config config)
     // clients, or the HTTP client itself would throttle the retries the experiment is about.
     opts.max_total_connections = static_cast<long>(config_.clients);
     t.curl = std::make_unique<coretry::curl::client>(io_.get_executor(), opts);
-    t.perform = [this, &t]() -> asio::awaitable<long> {
+    t.perform = [this, &t]() -> asio::awaitable<http_answer> {
       coretry::curl::request req;
       req.url = config_.url;
       // The retry loop's attempt timeout is the one that counts; curl's is only a backstop.
       req.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::duration<double>(config_.timeout_s * 2));
       const auto res = co_await t.curl->perform(std::move(req));
-      co_return res.status;
+      http_answer answer{res.status, 0};
+      if (const auto hint = res.header("Retry-After"))
+        answer.retry_after_s = std::atof(std::string(*hint).c_str());
+      co_return answer;
     };
 #else
     throw std::invalid_argument("this build has no curl transport; use --transport asio");
@@ -331,7 +341,8 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
     }
   };
   unsigned sent = 0; // attempts of the current request
-  auto attempt = [this, &note_failure, &sent]() -> asio::awaitable<void> {
+  auto attempt = [this, &note_failure,
+                  &sent](coretry::attempt_context& context) -> asio::awaitable<void> {
     struct in_flight_guard {
       std::int64_t& n;
       explicit in_flight_guard(std::int64_t& c) : n(c) { ++n; }
@@ -340,13 +351,18 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
     ++counters_.attempts;
     if (++sent > 1)
       ++counters_.retries;
-    long status = 0;
+    http_answer answer;
     try {
-      status = co_await transport_->perform();
+      answer = co_await transport_->perform();
     } catch (const std::system_error& e) {
       note_failure(e.code());
       throw;
     }
+    const long status = answer.status;
+    // The lab's server gives Retry-After in model seconds: scaled like every other time.
+    if (answer.retry_after_s > 0)
+      context.retry_after(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(answer.retry_after_s * config_.time_scale)));
     ++counters_.statuses[status];
     if (status < 200 || status > 299) {
       const std::error_code ec(static_cast<int>(status), http_status_category());

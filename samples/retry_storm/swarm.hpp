@@ -100,9 +100,15 @@ struct swarm_counters {
 /// message "HTTP 404".
 const std::error_category& http_status_category() noexcept;
 
-/// One HTTP attempt: returns the status of the answer; throws `std::system_error` when there
-/// was none (connection refused, cancelled, ...).
-using transport_fn = std::function<asio::awaitable<long>()>;
+/// What one HTTP attempt got: the status and the `Retry-After` header in seconds (0 if none).
+struct http_answer {
+  long status = 0;
+  double retry_after_s = 0;
+};
+
+/// One HTTP attempt: returns the answer; throws `std::system_error` when there was none
+/// (connection refused, cancelled, ...).
+using transport_fn = std::function<asio::awaitable<http_answer>()>;
 
 /// Whether this build has coretry's curl adapter.
 bool have_curl_transport() noexcept;
