@@ -437,6 +437,7 @@ struct row {
   std::string phase;
   std::uint64_t ok = 0, requests = 0, retries = 0, failed = 0, errors = 0, timeouts = 0,
                 attempts = 0;
+  std::uint64_t expired = 0; ///< Failed requests whose deadline passed (part of `failed`).
   std::int64_t in_flight = 0, waiting = 0;
   long server_concurrency = 0;
   long server_peak = 0;
@@ -497,6 +498,7 @@ void take_difference(row& r, const swarm_counters& now, const swarm_counters& la
   r.ok = now.ok - last.ok;
   r.requests = now.requests - last.requests;
   r.failed = now.failed() - last.failed();
+  r.expired = now.deadline_exceeded - last.deadline_exceeded;
   r.errors = now.errors - last.errors;
   r.timeouts = now.timeouts - last.timeouts;
   r.attempts = now.attempts - last.attempts;
@@ -570,15 +572,16 @@ asio::awaitable<void> follow_swarm(asio::posix::stream_descriptor& out, swarm_co
     buffer.consume(n);
     int t = 0;
     unsigned long long ok = 0, failed = 0, errors = 0, timeouts = 0, attempts = 0, requests = 0,
-                       retries = 0;
+                       retries = 0, expired = 0;
     long long in_flight = 0, waiting = 0;
     if (std::sscanf(line.c_str(),
                     "t=%d ok %llu failed %llu errors %llu timeouts %llu attempts %llu in flight "
-                    "%lld waiting %lld requests %llu retries %llu",
+                    "%lld waiting %lld requests %llu retries %llu expired %llu",
                     &t, &ok, &failed, &errors, &timeouts, &attempts, &in_flight, &waiting,
-                    &requests, &retries) == 10) {
+                    &requests, &retries, &expired) == 11) {
       total.ok += ok;
-      total.circuit_open += failed; // failed requests, whatever said no
+      total.deadline_exceeded += expired;
+      total.other_failed += failed - expired; // failed requests, whatever said no
       total.errors += errors;
       total.timeouts += timeouts;
       total.attempts += attempts;
@@ -804,7 +807,7 @@ struct summary {
   double recovery_s = -1; ///< Negative: never.
   std::uint64_t attempts = 0, successes = 0;
   // Over the outage and the watch after it.
-  std::uint64_t window_attempts = 0, window_successes = 0, window_failed = 0;
+  std::uint64_t window_attempts = 0, window_successes = 0, window_failed = 0, window_expired = 0;
   // During the fault only.
   std::uint64_t fault_requests = 0, fault_retries = 0, fault_attempts = 0, fault_failed = 0;
   /// Requests of the 10 s before the fault: a windowed budget still remembers them.
@@ -841,6 +844,7 @@ summary summarise(const options& o, double outage_s, const std::string& strategy
       s.window_attempts += r.attempts;
       s.window_successes += r.ok;
       s.window_failed += r.failed;
+      s.window_expired += r.expired;
     }
     if (r.phase == "steady" && r.t > o.steady_s - 10)
       s.pre_fault_requests += r.requests;
@@ -963,12 +967,13 @@ std::string storm_table(const options& o, double outage_s, const std::vector<sum
                 o.swarm.timeout_s, backlog, o.steady_s, format_outage(outage_s).c_str(), o.watch_s,
                 o.time_scale, load_before.c_str(), load_after.c_str());
   out += line;
-  std::snprintf(line, sizeof line, "%-12s %11s %10s %14s %10s %10s %10s %14s %16s\n", "strategy",
-                "steady OK/s", "OK/s", "OK/s 0-5s after", "peak conc", "recovery", "failed",
-                "attempts/succ", "attempts/succ in");
+  std::snprintf(line, sizeof line, "%-12s %11s %10s %14s %10s %10s %10s %10s %14s %16s\n",
+                "strategy", "steady OK/s", "OK/s", "OK/s 0-5s after", "peak conc", "recovery",
+                "failed", "of which", "attempts/succ", "attempts/succ in");
   out += line;
-  std::snprintf(line, sizeof line, "%-12s %11s %10s %14s %10s %10s %10s %14s %16s\n", "", "",
-                "in fault", "the thaw", "", "", "requests", "(whole run)", "outage+watch");
+  std::snprintf(line, sizeof line, "%-12s %11s %10s %14s %10s %10s %10s %10s %14s %16s\n", "", "",
+                "in fault", "the thaw", "", "", "requests", "deadline", "(whole run)",
+                "outage+watch");
   out += line;
   for (const summary& s : all) {
     if (s.outage_s != outage_s)
@@ -978,10 +983,11 @@ std::string storm_table(const options& o, double outage_s, const std::vector<sum
       std::snprintf(recovery, sizeof recovery, "%.0f s", s.recovery_s);
     else
       std::snprintf(recovery, sizeof recovery, "never");
-    std::snprintf(line, sizeof line, "%-12s %11.1f %10.1f %14.1f %10ld %10s %10llu %14s %16s\n",
+    std::snprintf(line, sizeof line,
+                  "%-12s %11.1f %10.1f %14.1f %10ld %10s %10llu %10llu %14s %16s\n",
                   s.strategy.c_str(), s.steady_ok, s.fault_ok, s.ok_after_thaw, s.peak_concurrency,
-                  recovery,
-                  static_cast<unsigned long long>(s.window_failed),
+                  recovery, static_cast<unsigned long long>(s.window_failed),
+                  static_cast<unsigned long long>(s.window_expired),
                   ratio(s.attempts, s.successes).c_str(),
                   ratio(s.window_attempts, s.window_successes).c_str());
     out += line;
@@ -1047,13 +1053,13 @@ int run_experiment(const options& o) {
   {
     std::ofstream csv(csv_path);
     csv << "outage_s,time,strategy,phase,ok,requests,retries,failed,errors,timeouts,attempts,"
-           "in_flight,waiting,server_concurrency,server_peak,server_delay_ms,breaker\n";
+           "in_flight,waiting,server_concurrency,server_peak,server_delay_ms,breaker,expired\n";
     for (const row& r : all)
       csv << r.outage_s << ',' << r.t << ',' << r.strategy << ',' << r.phase << ',' << r.ok << ','
           << r.requests << ',' << r.retries << ',' << r.failed << ',' << r.errors << ','
           << r.timeouts << ',' << r.attempts << ',' << r.in_flight << ',' << r.waiting << ','
           << r.server_concurrency << ',' << r.server_peak << ',' << r.server_delay_ms << ','
-          << r.breaker << '\n';
+          << r.breaker << ',' << r.expired << '\n';
   }
   const std::string summary_path = o.out_dir + "/summary.csv";
   {
@@ -1061,7 +1067,7 @@ int run_experiment(const options& o) {
     out << "outage_s,strategy,clients,time_scale,backlog,steady_ok_per_s,ok_per_s_after_thaw,"
            "peak_concurrency,recovery_s,attempts,successes,attempts_per_success,window_attempts,"
            "window_successes,window_attempts_per_success,window_failed,fault_requests,"
-           "fault_attempts,fault_retries,fault_failed,pre_fault_requests,shape,processes,fault_ok_per_s\n";
+           "fault_attempts,fault_retries,fault_failed,pre_fault_requests,shape,processes,fault_ok_per_s,window_expired\n";
     for (const summary& s : summaries) {
       out << s.outage_s << ',' << s.strategy << ',' << o.swarm.clients << ',' << o.time_scale << ','
           << s.backlog << ',' << s.steady_ok << ',' << s.ok_after_thaw << ',' << s.peak_concurrency
@@ -1075,7 +1081,7 @@ int run_experiment(const options& o) {
           << ratio(s.window_attempts, s.window_successes) << ',' << s.window_failed << ','
           << s.fault_requests << ',' << s.fault_attempts << ',' << s.fault_retries << ','
           << s.fault_failed << ',' << s.pre_fault_requests << ',' << o.shape_name << ','
-          << o.processes << ',' << s.fault_ok << '\n';
+          << o.processes << ',' << s.fault_ok << ',' << s.window_expired << '\n';
     }
   }
 
@@ -1121,12 +1127,12 @@ int run_swarm_only(const options& o) {
       take_difference(r, now, last);
       std::printf(
           "t=%3d ok %5llu  failed %5llu  errors %5llu  timeouts %5llu  attempts %5llu  "
-          "in flight %5lld  waiting %5lld  requests %5llu  retries %5llu\n",
+          "in flight %5lld  waiting %5lld  requests %5llu  retries %5llu  expired %5llu\n",
           t, static_cast<unsigned long long>(r.ok), static_cast<unsigned long long>(r.failed),
           static_cast<unsigned long long>(r.errors), static_cast<unsigned long long>(r.timeouts),
           static_cast<unsigned long long>(r.attempts), static_cast<long long>(r.in_flight),
           static_cast<long long>(r.waiting), static_cast<unsigned long long>(r.requests),
-          static_cast<unsigned long long>(r.retries));
+          static_cast<unsigned long long>(r.retries), static_cast<unsigned long long>(r.expired));
       std::fflush(stdout);
       last = now;
     }

@@ -392,6 +392,10 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
         ++counters_.circuit_open;
       else if (e.code() == coretry::errc::budget_exhausted)
         ++counters_.budget_exhausted;
+      else if (e.code() == coretry::errc::deadline_exceeded)
+        ++counters_.deadline_exceeded;
+      else if (!stopping_)
+        ++counters_.other_failed;
       // Otherwise cancelled by stop(): the loop ends below.
     }
     --counters_.retrying;

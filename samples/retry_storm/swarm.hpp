@@ -84,6 +84,11 @@ struct swarm_counters {
   std::uint64_t circuit_open = 0;
   /// Requests given up because the budget refused a retry (`errc::budget_exhausted`).
   std::uint64_t budget_exhausted = 0;
+  /// Requests whose deadline (the `wait` strategy's 60 s) passed before one attempt succeeded.
+  std::uint64_t deadline_exceeded = 0;
+  /// Requests given up for any other reason (a gate's refusal, a Retry-After past the
+  /// deadline, ...).
+  std::uint64_t other_failed = 0;
   std::int64_t in_flight = 0; ///< Attempts in progress now.
   std::int64_t retrying = 0;  ///< Clients inside a retry operation now (in an attempt or asleep).
   std::int64_t alive = 0;     ///< Client loops still running.
@@ -92,8 +97,11 @@ struct swarm_counters {
 
   /// Clients sleeping in backoff (or waiting for a send token) between attempts.
   std::int64_t waiting() const { return retrying - in_flight; }
-  /// Requests that ended without success (the breaker or the budget said no).
-  std::uint64_t failed() const { return circuit_open + budget_exhausted; }
+  /// Requests that ended without success (the breaker, the budget or a gate said no, or the
+  /// deadline passed).
+  std::uint64_t failed() const {
+    return circuit_open + budget_exhausted + deadline_exceeded + other_failed;
+  }
 };
 
 /// The error of an attempt answered with a non-2xx HTTP status: the value is the status, the
