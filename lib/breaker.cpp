@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -67,7 +68,8 @@ const char* to_string(breaker_state s) noexcept {
 
 circuit_breaker::circuit_breaker(circuit_breaker_options options)
     : options_(std::move(options)), word_(make_word(breaker_state::closed, 0)),
-      rng_(options_.seed ? *options_.seed : fast_rng::from_entropy()()) {
+      rng_(options_.seed ? *options_.seed : fast_rng::from_entropy()()),
+      closed_at_(std::numeric_limits<std::int64_t>::min()) {
   const auto& o = options_;
   if (o.consecutive_failures > 1'000'000)
     reject("consecutive_failures", o.consecutive_failures, "must be in [0, 1000000]");
@@ -90,6 +92,11 @@ circuit_breaker::circuit_breaker(circuit_breaker_options options)
     reject("break_jitter", o.break_jitter, "must be in [0, 1)");
   if (o.half_open_probes < 1 || o.half_open_probes > 0xffff)
     reject("half_open_probes", o.half_open_probes, "must be in [1, 65535]");
+  if (o.ramp < nanoseconds::zero())
+    reject("ramp (ns)", static_cast<double>(o.ramp.count()), "must not be negative");
+  if (o.retry_interval <= nanoseconds::zero())
+    reject("retry_interval (ns)", static_cast<double>(o.retry_interval.count()),
+           "must be positive");
   window_successes_ =
       std::make_unique<detail::window_counter>(o.window / o.window_buckets, o.window_buckets);
   window_failures_ =
@@ -98,15 +105,45 @@ circuit_breaker::circuit_breaker(circuit_breaker_options options)
 
 circuit_breaker::~circuit_breaker() = default;
 
+double circuit_breaker::draw_uniform(double lo, double hi) noexcept {
+  // One SplitMix64 step per draw, taken with fetch_add: the same stream a `fast_rng` seeded with
+  // `seed` yields, safe from any thread.
+  fast_rng draw(rng_.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed));
+  return draw.uniform(lo, hi);
+}
+
 nanoseconds circuit_breaker::draw_break() noexcept {
   const double j = options_.break_jitter;
   if (j == 0)
     return options_.break_duration;
-  // One SplitMix64 step per draw, taken with fetch_add: the same stream a `fast_rng` seeded with
-  // `seed` yields, safe from any thread.
-  fast_rng draw(rng_.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed));
-  const double u = draw.uniform(1 - j, 1 + j);
+  const double u = draw_uniform(1 - j, 1 + j);
   return detail::ns_sat(static_cast<double>(options_.break_duration.count()) * u);
+}
+
+bool circuit_breaker::ramp_admits(nanoseconds now) noexcept {
+  if (options_.ramp == nanoseconds::zero())
+    return true;
+  const std::int64_t since =
+      detail::sub_sat(now.count(), closed_at_.load(std::memory_order_acquire));
+  if (since >= options_.ramp.count())
+    return true;
+  const double fraction =
+      since <= 0 ? 0.0 : static_cast<double>(since) / static_cast<double>(options_.ramp.count());
+  return draw_uniform(0, 1) < fraction;
+}
+
+nanoseconds circuit_breaker::retry_after(nanoseconds now) noexcept {
+  const double interval = static_cast<double>(options_.retry_interval.count());
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  if (state_of(w) == breaker_state::open) {
+    // Spread past the end of the break: the first to ask again is the probe, the rest find the
+    // breaker half-open and come back a little later, each at its own time.
+    const nanoseconds until(static_cast<std::int64_t>(payload_of(w)));
+    const nanoseconds left = until > now ? until - now : nanoseconds::zero();
+    return std::max(nanoseconds(1),
+                    detail::add_sat(left, detail::ns_sat(interval * draw_uniform(0, 1))));
+  }
+  return std::max(nanoseconds(1), detail::ns_sat(interval * draw_uniform(0.5, 1.5)));
 }
 
 bool circuit_breaker::ratio_tripped(nanoseconds now) const noexcept {
@@ -141,6 +178,11 @@ bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
   for (;;) {
     switch (state_of(w)) {
     case breaker_state::closed:
+      if (!ramp_admits(now)) {
+        refusals_.fetch_add(1, std::memory_order_relaxed);
+        ramp_refusals_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
       return true;
     case breaker_state::open: {
       if (now.count() < static_cast<std::int64_t>(payload_of(w))) {
@@ -186,10 +228,13 @@ void circuit_breaker::on_success(nanoseconds now) noexcept {
       return;
     case breaker_state::half_open: {
       const std::uint64_t ok = probe_successes(w) + 1;
-      if (ok >= options_.half_open_probes)
+      if (ok >= options_.half_open_probes) {
+        // Stamped before the word is: a ramp never reads an older closing time once closed.
+        closed_at_.store(now.count(), std::memory_order_release);
         next = make_word(breaker_state::closed, 0);
-      else
+      } else {
         next = half_open_word(in_flight(w) > 0 ? in_flight(w) - 1 : 0, ok);
+      }
       break;
     }
     }

@@ -31,6 +31,8 @@ public:
       return "the server asked to retry after the retry deadline";
     case errc::rate_limited:
       return "the sending rate refused a send token: the wait would be too long";
+    case errc::throttled_locally:
+      return "the client's adaptive throttle rejected the attempt locally";
     }
     return "unknown coretry error " + std::to_string(value);
   }

@@ -28,6 +28,10 @@ void retry_policy::validate() const {
   if (max_retry_after <= nanoseconds::zero())
     throw std::invalid_argument("coretry::retry_policy: max_retry_after = " +
                                 std::to_string(max_retry_after.count()) + "ns (must be positive)");
+  if (when_open != on_open::fail && when_open != on_open::wait)
+    throw std::invalid_argument(
+        "coretry::retry_policy: when_open = " + std::to_string(static_cast<int>(when_open)) +
+        " (must be on_open::fail or on_open::wait)");
 }
 
 shared_policy::shared_policy(retry_policy p) {

@@ -51,7 +51,19 @@ struct circuit_breaker_options {
   /// Probe attempts let through at once while half-open; that many successes close the breaker.
   /// In [1, 65535].
   unsigned half_open_probes = 1;
-  /// Seed of the break jitter; unset, one is drawn from entropy.
+  /// Slow start after closing: for this long after the breaker closes again, an attempt passes
+  /// with probability `t / ramp` (`t` the time since it closed), so that operations waiting
+  /// for it (`on_open::wait`) and new traffic reach a recovering upstream gradually, not at
+  /// one instant. A refused attempt fails with `errc::circuit_open`, or waits again. Zero (the
+  /// default): no ramp, every attempt passes once closed. Not negative.
+  std::chrono::nanoseconds ramp = std::chrono::nanoseconds::zero();
+  /// How long an operation waiting for the breaker (`on_open::wait`) waits after a refusal
+  /// while half-open or ramping, jittered to `retry_interval * u`, u uniform in [0.5, 1.5]; and
+  /// how widely waiters are spread past the end of a break (`open_until() + retry_interval * u`,
+  /// u uniform in [0, 1]), so that they do not all ask at the same instant. Positive.
+  std::chrono::nanoseconds retry_interval = std::chrono::milliseconds(100);
+  /// Seed of the break jitter (and of the ramp and the waiters' jitter); unset, one is drawn
+  /// from entropy.
   std::optional<std::uint64_t> seed{};
   /// Called on every change of state, by the thread that made it, after it is visible. Must not
   /// throw (the breaker's members are `noexcept`) and should be quick: it runs inside the
@@ -76,6 +88,12 @@ struct circuit_breaker_options {
 ///   to: an outcome reported while half-open counts as a probe's, even for an attempt granted
 ///   before the breaker opened (a late success closes it a little early; a late failure keeps it
 ///   open a little longer).
+/// - **ramp** (when `ramp` is set): for `ramp` after closing, the breaker is closed but lets
+///   an attempt through with probability rising linearly from 0 to 1.
+///
+/// An operation that waits instead of failing (`retry_policy::when_open = on_open::wait`) asks
+/// `retry_after` after a refusal: while open, until the end of the break plus a jitter of up to
+/// `retry_interval`; while half-open or ramping, `retry_interval` jittered.
 ///
 /// Outcomes reported while open change nothing but the counts. `state()` is the stored state:
 /// a breaker whose break is over reads `open` until the next `try_acquire`.
@@ -100,6 +118,9 @@ public:
   void on_success(std::chrono::nanoseconds now) noexcept override;
   void on_failure(std::chrono::nanoseconds now) noexcept override;
   void on_abandoned(std::chrono::nanoseconds now) noexcept override;
+  /// After a refusal at `now`: how long a waiting operation should wait before asking again
+  /// (always positive; see the class comment).
+  std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
 
   /// The current state.
   breaker_state state() const noexcept;
@@ -128,6 +149,10 @@ public:
   std::uint64_t times_half_opened() const noexcept {
     return half_opened_.load(std::memory_order_relaxed);
   }
+  /// Attempts the ramp refused since construction (also counted in `refusals()`).
+  std::uint64_t ramp_refusals() const noexcept {
+    return ramp_refusals_.load(std::memory_order_relaxed);
+  }
   /// Times the breaker closed again since construction.
   std::uint64_t times_closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
 
@@ -137,11 +162,15 @@ public:
 private:
   std::chrono::nanoseconds draw_break() noexcept;
   bool ratio_tripped(std::chrono::nanoseconds now) const noexcept;
+  double draw_uniform(double lo, double hi) noexcept;
+  bool ramp_admits(std::chrono::nanoseconds now) noexcept;
   void transition(breaker_state from, breaker_state to, std::chrono::nanoseconds now) noexcept;
 
   circuit_breaker_options options_;
   std::atomic<std::uint64_t> word_;
   std::atomic<std::uint64_t> rng_;
+  /// When the breaker last closed (ns since the clock's epoch), for the ramp.
+  std::atomic<std::int64_t> closed_at_;
   std::unique_ptr<detail::window_counter> window_successes_;
   std::unique_ptr<detail::window_counter> window_failures_;
   std::atomic<std::uint64_t> successes_{0};
@@ -151,6 +180,7 @@ private:
   std::atomic<std::uint64_t> opened_{0};
   std::atomic<std::uint64_t> half_opened_{0};
   std::atomic<std::uint64_t> closed_{0};
+  std::atomic<std::uint64_t> ramp_refusals_{0};
 };
 
 } // namespace coretry

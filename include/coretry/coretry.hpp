@@ -16,4 +16,5 @@
 #include <coretry/random.hpp>
 #include <coretry/rate_limit.hpp>
 #include <coretry/retry.hpp>
+#include <coretry/throttle.hpp>
 #include <coretry/version.hpp>

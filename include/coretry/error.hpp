@@ -30,7 +30,10 @@ enum class errc {
   /// The group cancellation token was triggered. Operations complete with
   /// `asio::error::operation_aborted`; this value only appears in `retry_stats::reason`.
   cancelled,
-  /// The circuit breaker (`retry_policy::breaker`) is open: the attempt was not sent.
+  /// The circuit breaker (`retry_policy::breaker`) is open: the attempt was not sent. Under
+  /// `retry_policy::when_open = on_open::wait`, the breaker would let an attempt through only
+  /// at or after the deadline (`retry_policy::deadline`): the operation stops at once rather
+  /// than wait in vain.
   circuit_open,
   /// An operation threw something other than `std::system_error`, or a hook or predicate of the
   /// policy threw. The loop stops at once; see `retry_stats::exception` for what was thrown.
@@ -47,6 +50,10 @@ enum class errc {
   /// for one would be longer than it is willing to hold a reservation
   /// (`adaptive_rate_options::max_wait`). Nothing was sent for that attempt.
   rate_limited,
+  /// The client's own adaptive throttle (`adaptive_throttle` as `retry_policy::breaker`)
+  /// rejected the attempt locally: the upstream has lately refused much of what this client
+  /// sent. Nothing was sent for that attempt.
+  throttled_locally,
 };
 
 /// The category of `coretry::errc`; its name is "coretry".

@@ -10,6 +10,7 @@
 /// Every `now` is the time since the epoch of the loop's clock (`Timer::clock_type`), so the
 /// same object works under the manual test clock.
 
+#include <coretry/error.hpp>
 #include <coretry/export.hpp>
 
 #include <chrono>
@@ -17,13 +18,19 @@
 namespace coretry {
 
 /// May refuse an attempt before it is sent. The loop calls `try_acquire` before each attempt;
-/// when it returns false the attempt is not sent and the operation stops with
-/// `errc::circuit_open`. After an attempt it was granted, the loop calls exactly one of
+/// when it returns false the attempt is not sent and the operation stops with `refusal()`
+/// (`errc::circuit_open` unless the gate says otherwise), or, under
+/// `retry_policy::when_open = on_open::wait`, asks `retry_after` when to try again and waits
+/// that long on its timer. After an attempt it was granted, the loop calls exactly one of
 /// `on_success` (it succeeded, or failed in a way that says nothing about the upstream's health:
 /// an error the policy does not retry), `on_failure` (a retryable failure: the upstream is
 /// unwell), or `on_abandoned` (the caller cancelled it).
 class CORETRY_API attempt_gate {
 public:
+  /// What `retry_after` returns when it cannot say (the default): a waiting operation stops
+  /// with `refusal()` as a failing one does.
+  static constexpr std::chrono::nanoseconds never = std::chrono::nanoseconds::max();
+
   virtual ~attempt_gate() = default;
   /// Whether the next attempt may be sent at `now`.
   virtual bool try_acquire(std::chrono::nanoseconds now) noexcept = 0;
@@ -33,6 +40,17 @@ public:
   virtual void on_failure(std::chrono::nanoseconds now) noexcept = 0;
   /// The caller cancelled the granted attempt.
   virtual void on_abandoned(std::chrono::nanoseconds now) noexcept = 0;
+  /// Asked after `try_acquire` refused at `now`, by an operation willing to wait
+  /// (`on_open::wait`): how long until an attempt may be let through, as a positive duration.
+  /// The operation sleeps that long (holding no reservation) and then calls `try_acquire`
+  /// again. `never` (the default), zero or a negative value: it does not wait and stops with
+  /// `refusal()`.
+  virtual std::chrono::nanoseconds retry_after(std::chrono::nanoseconds /*now*/) noexcept {
+    return never;
+  }
+  /// The error an operation stops with when this gate refuses it and it does not wait:
+  /// `errc::circuit_open` by default (`adaptive_throttle` says `errc::throttled_locally`).
+  virtual errc refusal() const noexcept { return errc::circuit_open; }
 };
 
 /// Paces attempts, first attempts included. Before each attempt the loop calls `acquire`, which

@@ -59,6 +59,19 @@ enum class final_error : std::uint8_t {
   policy_reason,
 };
 
+/// What an operation does when `retry_policy::breaker` refuses an attempt.
+enum class on_open : std::uint8_t {
+  /// Stop at once with the gate's `refusal()` (`errc::circuit_open`), sending nothing.
+  fail,
+  /// Wait on the loop's timer until the gate says an attempt may pass
+  /// (`attempt_gate::retry_after`), then ask again: no socket, no thread and no reservation
+  /// (send token, retry budget) is held meanwhile, the wait is cancelled like a backoff sleep,
+  /// and it spends no attempt and no budget. When the gate cannot say when
+  /// (`attempt_gate::never`), or the wait would end at or after the deadline, the operation
+  /// stops at once with `refusal()` (`errc::circuit_open`).
+  wait,
+};
+
 /// The default retry predicate: everything is retryable except cancellation.
 CORETRY_API bool default_retry_if(const std::error_code& ec) noexcept;
 
@@ -180,8 +193,12 @@ struct CORETRY_API retry_policy {
   /// A budget shared with other operations; none by default.
   std::shared_ptr<retry_budget> budget{};
   /// A circuit breaker shared by every operation towards one upstream; none by default. While it
-  /// refuses, attempts are not sent and the operation stops with `errc::circuit_open`.
+  /// refuses, attempts are not sent and the operation stops with `errc::circuit_open` (the
+  /// gate's `refusal()`), or waits (`when_open`).
   std::shared_ptr<attempt_gate> breaker{};
+  /// What to do when `breaker` refuses an attempt: fail at once (the default) or wait until it
+  /// lets one through, within the deadline. See `on_open`.
+  coretry::on_open when_open = on_open::fail;
   /// A sending rate shared by the operations towards one upstream (first attempts included);
   /// none by default.
   std::shared_ptr<send_rate> rate_limit{};

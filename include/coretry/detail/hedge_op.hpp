@@ -305,6 +305,14 @@ private:
     retry_charge not_yet;
     if (const std::error_code why = sched_->begin_attempt(now, grant, not_yet)) {
       token_.returned();
+      if (const verdict v = sched_->refused(static_cast<errc>(why.value()), now, {}); !v.stop) {
+        // Waiting for the breaker (on_open::wait), on the hedge timer as for a send token;
+        // `charge` goes back meanwhile and the next launch asks the budget again.
+        pacing_ = true;
+        pending_trigger_ = trigger;
+        arm_hedge_timer(v.delay);
+        return false;
+      }
       stop_launching(static_cast<errc>(why.value()));
       return false;
     }

@@ -212,7 +212,7 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
     }
     const nanoseconds attempt_start = read_clock<clock>(clocked);
     verdict v;
-    bool pacing = false; // this time round, only the wait for a send token
+    bool pacing = false; // this time round, only the wait for a send token or the breaker
     if (policy.rate_limit && !token) {
       v = sched.pace(attempt_start, token);
       if (v.stop) {
@@ -224,10 +224,15 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
     if (!pacing) {
       if (const std::error_code why = sched.begin_attempt(attempt_start, grant, charge)) {
         token.returned();
-        const verdict v = sched.stop(static_cast<errc>(why.value()), last_error);
-        exit::fail(result, stats, v.stop, v.report);
-        break;
+        v = sched.refused(static_cast<errc>(why.value()), attempt_start, last_error);
+        if (v.stop) {
+          exit::fail(result, stats, v.stop, v.report);
+          break;
+        }
+        pacing = true; // waiting for the breaker (on_open::wait): only the sleep below
       }
+    }
+    if (!pacing) {
       token.used();
       if (stats)
         stats->attempts = sched.attempts();

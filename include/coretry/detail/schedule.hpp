@@ -104,13 +104,27 @@ public:
   /// grant and `charge`, the retry it spends, is used), else why the loop stops without it.
   /// Nothing is counted or charged for an attempt that does not start: a refused attempt hands
   /// `charge` back.
+  ///
+  /// A retry whose charge went back while it waited for the breaker (`refused`) asks the budget
+  /// again here, before the breaker (`errc::budget_exhausted` if it refuses).
   std::error_code begin_attempt(nanoseconds now, gate_grant& grant, retry_charge& charge) noexcept {
+    gate_refused_ = false;
     if (has_deadline() && now >= deadline_)
       return errc::deadline_exceeded;
+    if (recharge_) {
+      recharge_ = false;
+      if (p_.budget) {
+        if (!p_.budget->try_retry(now))
+          return errc::budget_exhausted;
+        charge = retry_charge(p_.budget.get(), now);
+      }
+    }
     if (p_.breaker) {
       if (!p_.breaker->try_acquire(now)) {
+        recharge_ = static_cast<bool>(charge); // a retry: it asks again if it waits
         charge.returned();
-        return errc::circuit_open;
+        gate_refused_ = true;
+        return p_.breaker->refusal();
       }
       grant = gate_grant(p_.breaker.get(), now_, now);
     }
@@ -124,6 +138,20 @@ public:
     gate_grant grant;
     retry_charge charge;
     return begin_attempt(now, grant, charge);
+  }
+
+  /// After `begin_attempt` refused an attempt at `now` for `why`: stop (reporting as `stop`
+  /// does), or, when the breaker refused it and the policy waits (`on_open::wait`), sleep
+  /// `delay` and ask again. A wait the gate cannot bound, or that would end at or after the
+  /// deadline, stops at once with the gate's refusal.
+  verdict refused(errc why, nanoseconds now, const std::error_code& last) const noexcept {
+    if (!gate_refused_ || p_.when_open != on_open::wait)
+      return stop(why, last);
+    const nanoseconds wait = p_.breaker->retry_after(now);
+    if (wait == attempt_gate::never || wait <= nanoseconds::zero() ||
+        (has_deadline() && wait >= deadline_ - now))
+      return stop(why, last);
+    return {{}, {}, wait};
   }
 
   /// Before an attempt, with a `rate_limit`: reserves a send token into `token` and says how
@@ -255,6 +283,8 @@ private:
   nanoseconds deadline_;
   nanoseconds previous_;
   unsigned attempts_ = 0;
+  bool gate_refused_ = false; ///< the last `begin_attempt` was refused by the breaker
+  bool recharge_ = false;     ///< a retry's charge went back while it waited for the breaker
   now_fn now_;
   std::optional<fast_rng> rng_;
 };
