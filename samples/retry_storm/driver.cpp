@@ -238,7 +238,7 @@ void usage(std::FILE* out) {
       "  --steady-s S 15  --watch-s S 30  --hold-s S 5 (recovery criterion)\n"
       "  --backlog N           the server's listen backlog; default the system's (somaxconn)\n"
       "  --time-scale X        wall-clock seconds per model second, default 1\n"
-      "  --quick               CI: fixed,safe, outage 10, watch 20, time scale 0.5\n"
+      "  --quick               CI: fixed,safe,wait, outage 10, watch 15, time scale 0.5\n"
       "  --transport curl|asio default curl when built with coretry::curl\n"
       "  --out-dir DIR         default ./retry_storm_out\n"
       "  --server PATH         default: retry_storm_server next to this program\n"
@@ -249,6 +249,7 @@ void usage(std::FILE* out) {
       "                        refuse (listener closed: RST), blackhole (packets dropped; root:\n"
       "                        a network namespace of its own); default lengths 10, 60, 30, 60,\n"
       "                        10, 10 s (--outage-s overrides)\n"
+      "  --brownout-factor F   brownout: every delay times F (default 2: half the capacity)\n"
       "  --processes N         a fleet: N client processes of --clients each, sharing nothing\n"
       "  --url URL             (swarm) the server\n"
       "  --no-plot             write the CSVs only\n",
@@ -290,6 +291,7 @@ options parse(int argc, char** argv, int first, mode what) {
               {"no-plot"},
               {"shape", true},
               {"processes", true},
+              {"brownout-factor", true},
               {"transport", true}},
              usage, [&](std::string_view a, const std::string& v) { given.emplace_back(a, v); });
   // --quick first, so that explicit flags given with it still win.
@@ -300,8 +302,8 @@ options parse(int argc, char** argv, int first, mode what) {
       o.quick = true;
       o.time_scale = 0.5;
       if (what == mode::storm) {
-        o.strategies = {"fixed", "safe"};
-        o.watch_s = 20;
+        o.strategies = {"fixed", "safe", "wait"};
+        o.watch_s = 15;
       } else if (what == mode::budget) {
         o.steady_s = 5;
         o.outages = {15};
@@ -360,7 +362,9 @@ options parse(int argc, char** argv, int first, mode what) {
       o.shape_name = v;
       if (!outages_given)
         o.outages = {default_fault_s(*k)};
-    } else if (a == "processes")
+    } else if (a == "brownout-factor")
+      o.brownout_factor = cli::number(a, v, 1);
+    else if (a == "processes")
       o.processes = static_cast<unsigned>(cli::whole(a, v, 1, 64));
     else if (a == "transport") {
       if (v == "curl")
@@ -747,8 +751,8 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
       view.peak = view.concurrency;
       r.server_delay_ms = view.delay_ms / o.time_scale;
       r.phase = phase_of(o, outage_s, t);
-      if (local && local->controls().breaker)
-        r.breaker = coretry::to_string(local->controls().breaker->state());
+      if (local)
+        r.breaker = local->controls().breaker_state();
       last = now;
       std::printf("t=%3d %-8s ok %5llu  failed %5llu  timeouts %5llu  errors %5llu  attempts "
                   "%5llu  in flight %5lld  waiting %5lld  server conc %6ld  delay %9.1f ms%s%s\n",
@@ -765,6 +769,15 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
         apply_fault(o, server, true);
       else if (t == resume_at)
         apply_fault(o, server, false);
+    }
+    {
+      const swarm_counters c = counters_now();
+      std::printf("   failed requests: %llu circuit open, %llu out of budget, %llu deadline, %llu "
+                  "other\n",
+                  static_cast<unsigned long long>(c.circuit_open),
+                  static_cast<unsigned long long>(c.budget_exhausted),
+                  static_cast<unsigned long long>(c.deadline_exceeded),
+                  static_cast<unsigned long long>(c.other_failed));
     }
     result.error_kinds = counters_now().error_kinds;
     result.statuses = counters_now().statuses;

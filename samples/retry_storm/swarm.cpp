@@ -45,7 +45,7 @@ std::chrono::nanoseconds scaled(std::chrono::nanoseconds d, double time_scale) {
 
 bool uses_default_backoff(std::string_view name) {
   return name == "full" || name == "safe" || name == "breaker" || name == "budget" ||
-         name == "adaptive";
+         name == "adaptive" || name == "wait" || name == "wait-budget" || name == "sre";
 }
 
 } // namespace
@@ -98,8 +98,55 @@ shared_controls recommended_controls(double time_scale) {
   return c;
 }
 
+shared_controls waiting_controls(double time_scale) {
+  const auto at = [time_scale](std::chrono::nanoseconds d) { return scaled(d, time_scale); };
+  shared_controls c;
+  // No retry budget: its refusal fails a request at once, which a caller willing to wait does
+  // not want (the first timeouts of an outage would exhaust it); the breaker alone stops the
+  // sending. The recommended breaker, with a slow start: for 1 s after it closes, an attempt passes with
+  // a probability rising from 0 to 1, so the requests that waited reach the server over a
+  // second, not at one instant; a waiting request asks again every 100 ms (jittered) then.
+  c.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 5,
+      .failure_ratio = 0.5,
+      .minimum_throughput = 20,
+      .window = at(10s),
+      .break_duration = at(1s),
+      .break_jitter = 0.2,
+      .half_open_probes = 1,
+      .ramp = at(1s),
+      .retry_interval = at(100ms),
+  });
+  c.when_open = coretry::on_open::wait;
+  c.deadline = at(60s);
+  return c;
+}
+
+std::string shared_controls::breaker_state() const {
+  if (const auto* b = dynamic_cast<const coretry::circuit_breaker*>(breaker.get()))
+    return std::string(coretry::to_string(b->state()));
+  return "-";
+}
+
 shared_controls strategy_controls(std::string_view name, double time_scale) {
   shared_controls c;
+  if (name == "wait")
+    return waiting_controls(time_scale);
+  if (name == "wait-budget") {
+    // `wait` with the recommended retry budget kept: what the budget costs a waiting caller.
+    c = waiting_controls(time_scale);
+    c.budget = recommended_controls(time_scale).budget;
+    return c;
+  }
+  if (name == "sre") {
+    // The SRE book's client-side throttling in place of the breaker, with the same budget.
+    c.budget = recommended_controls(time_scale).budget;
+    c.breaker = std::make_shared<coretry::adaptive_throttle>(coretry::adaptive_throttle_options{
+        .k = 2.0,
+        .window = scaled(std::chrono::minutes(2), time_scale),
+    });
+    return c;
+  }
   if (name == "safe" || name == "adaptive")
     c = recommended_controls(time_scale);
   else if (name == "breaker")
@@ -315,11 +362,13 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
 
   coretry::retry_policy policy{
       .max_attempts = std::numeric_limits<unsigned>::max(), // retry until success, or told not to
+      .deadline = controls_.deadline,
       .attempt_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(config_.timeout_s)),
       .backoff = backoff_,
       .budget = controls_.budget,
       .breaker = controls_.breaker,
+      .when_open = controls_.when_open,
       .rate_limit = controls_.rate_limit,
       .cancellation = stop_source_.token(),
       // circuit_open and budget_exhausted rather than the last attempt's error: the counts below
@@ -388,7 +437,11 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       ++counters_.ok;
     } catch (const std::system_error& e) {
       // A failed request: the user sees an error and, like everyone, thinks before the next one.
-      if (e.code() == coretry::errc::circuit_open)
+      // A request that waits for the breaker (`wait`) is refused only when the wait would end
+      // past its deadline: that is its deadline passing, counted as such.
+      if (e.code() == coretry::errc::circuit_open && controls_.when_open == coretry::on_open::wait)
+        ++counters_.deadline_exceeded;
+      else if (e.code() == coretry::errc::circuit_open)
         ++counters_.circuit_open;
       else if (e.code() == coretry::errc::budget_exhausted)
         ++counters_.budget_exhausted;

@@ -9,6 +9,7 @@
 #include <coretry/cancellation.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/rate_limit.hpp>
+#include <coretry/throttle.hpp>
 
 #include <asio/awaitable.hpp>
 #include <asio/io_context.hpp>
@@ -35,25 +36,41 @@ namespace retry_storm {
 /// - `safe`: the recommended overload-safe policy, `full` plus a circuit breaker and a windowed
 ///   retry budget shared by the whole swarm (see `recommended_controls`);
 /// - `breaker`, `budget`: `full` plus only one of the two;
-/// - `adaptive`: `safe` plus an adaptive rate limiter.
+/// - `adaptive`: `safe` plus an adaptive rate limiter;
+/// - `wait`: `safe`, but a request the breaker refuses waits (no socket held) until the breaker
+///   lets it through, within a deadline of 60 s per request; the breaker ramps traffic up over
+///   1 s when it closes, and no retry budget (see `waiting_controls`); `wait-budget` keeps the
+///   budget;
+/// - `sre`: `full` plus the retry budget and, instead of the breaker, client-side adaptive
+///   throttling (the Google SRE book's form, K = 2 over 2 minutes).
 /// `time_scale` shrinks every delay (quick runs replay the experiment faster); 1 is the article's.
 std::optional<coretry::backoff> strategy_backoff(std::string_view name, double time_scale = 1.0);
 /// The names above, for usage messages.
 inline constexpr std::string_view strategy_names =
     "fixed, exponential, full, equal, decorrelated, normal, safe (recommended), breaker, budget, "
-    "adaptive";
+    "adaptive, wait, wait-budget, sre";
 
 /// The overload controls one strategy shares between all the clients of a swarm (all of them
 /// call one upstream). Empty for the backoff-only strategies.
 struct shared_controls {
-  std::shared_ptr<coretry::circuit_breaker> breaker;
+  std::shared_ptr<coretry::attempt_gate> breaker; ///< A circuit breaker or `sre`'s throttle.
   std::shared_ptr<coretry::ratio_budget> budget;
   std::shared_ptr<coretry::adaptive_rate_limiter> rate_limit;
+  /// What a request does when the breaker refuses it (`wait`: waits, within `deadline`).
+  coretry::on_open when_open = coretry::on_open::fail;
+  /// Per request (model time times the time scale); `coretry::unlimited` but for `wait`.
+  std::chrono::nanoseconds deadline = coretry::unlimited;
+  /// The breaker's state for the CSV, "-" when there is none (or it is a throttle).
+  std::string breaker_state() const;
 };
 
 /// The controls of the recommended policy (`safe`), at the article's time scale when
 /// `time_scale` is 1; README.md shows the same construction.
 shared_controls recommended_controls(double time_scale = 1.0);
+
+/// The recommended policy made to wait instead of failing (`wait`): `recommended_controls` with
+/// a 1 s ramp and `on_open::wait`, and a 60 s deadline per request.
+shared_controls waiting_controls(double time_scale = 1.0);
 
 /// The controls of strategy `name`, fresh (one set per swarm).
 shared_controls strategy_controls(std::string_view name, double time_scale = 1.0);
