@@ -634,7 +634,7 @@ void apply_fault(const options& o, const server_process& server, bool on) {
     break;
   }
   }
-  const char* what[] = {"stopped (SIGSTOP)", "in a brownout", "rate limiting (429)",
+  const char* what[] = {"stopped (SIGSTOP)",    "in a brownout",        "rate limiting (429)",
                         "failing partly (503)", "refusing connections", "in a black hole"};
   if (on)
     std::printf("-- server %s\n", o.fault == fault_kind::fail ? "failing (SIGUSR1)"
@@ -651,12 +651,11 @@ void enter_blackhole_namespace() {
     throw std::runtime_error("--shape blackhole needs root (a network namespace of its own)");
   if (unshare(CLONE_NEWNET) != 0)
     throw std::runtime_error("unshare(CLONE_NEWNET) failed: --shape blackhole needs it");
-  const std::string setup = std::string("set -e; ip link set lo up; ") +
-                            "ip link add rs_hole type veth peer name rs_peer; " +
-                            "ip link set rs_hole up; ip addr add " + blackhole_host +
-                            "/32 dev lo; ip route add " + blackhole_host +
-                            "/32 dev rs_hole table 100; ip rule add pref 100 lookup local; " +
-                            "ip rule del pref 0";
+  const std::string setup =
+      std::string("set -e; ip link set lo up; ") +
+      "ip link add rs_hole type veth peer name rs_peer; " + "ip link set rs_hole up; ip addr add " +
+      blackhole_host + "/32 dev lo; ip route add " + blackhole_host +
+      "/32 dev rs_hole table 100; ip rule add pref 100 lookup local; " + "ip rule del pref 0";
   if (std::system(setup.c_str()) != 0)
     throw std::runtime_error("could not set up the black hole's namespace (needs `ip` and veth)");
 }
@@ -665,10 +664,15 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
   run_result result;
   result.load_before = load_average();
   std::vector<std::string> server_args{"--host",
-                                       o.host,"--base-ms",          std::to_string(100 * o.time_scale),
-                                       "--tick-ms",          std::to_string(50 * o.time_scale),
-                                       "--max-delay-s",      std::to_string(3600 * o.time_scale),
-                                       "--stats-interval-s", std::to_string(o.time_scale)};
+                                       o.host,
+                                       "--base-ms",
+                                       std::to_string(100 * o.time_scale),
+                                       "--tick-ms",
+                                       std::to_string(50 * o.time_scale),
+                                       "--max-delay-s",
+                                       std::to_string(3600 * o.time_scale),
+                                       "--stats-interval-s",
+                                       std::to_string(o.time_scale)};
   if (o.backlog > 0) {
     server_args.emplace_back("--backlog");
     server_args.push_back(std::to_string(o.backlog));
@@ -702,8 +706,8 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
       const int fd = start_swarm_process(
           {"--url", config.url, "--strategy", strategy, "--clients",
            std::to_string(o.swarm.clients), "--think-s", think, "--timeout-s", timeout,
-           "--time-scale", scale, "--seed", std::to_string(o.swarm.seed * 1000 + k),
-           "--duration-s", std::to_string(total_s + 1), "--transport",
+           "--time-scale", scale, "--seed", std::to_string(o.swarm.seed * 1000 + k), "--duration-s",
+           std::to_string(total_s + 1), "--transport",
            o.swarm.transport == transport_kind::curl ? "curl" : "asio"});
       fleet_out.push_back(std::make_unique<asio::posix::stream_descriptor>(io, fd));
       asio::co_spawn(io, follow_swarm(*fleet_out.back(), fleet, fleet_gauges[k]), asio::detached);
@@ -904,10 +908,10 @@ std::string ratio(std::uint64_t a, std::uint64_t b) {
 void draw(const options& o, double outage_s, const std::vector<std::string>& strategies,
           const std::vector<row>& rows) {
   const double fault = o.steady_s, resume = o.steady_s + outage_s;
-  const std::string shade = o.fault == fault_kind::fail    ? "seconds (shaded: server failing)"
-                            : o.shape == shape_kind::freeze ? "seconds (shaded: server stopped)"
-                                                            : "seconds (shaded: " + o.shape_name +
-                                                                  ")";
+  const std::string shade = o.fault == fault_kind::fail ? "seconds (shaded: server failing)"
+                            : o.shape == shape_kind::freeze
+                                ? "seconds (shaded: server stopped)"
+                                : "seconds (shaded: " + o.shape_name + ")";
   // One OK/s panel per strategy, on one scale, so that no line hides another; then the server's
   // concurrency for all of them (log scale, one dash style each).
   double top = 1;
@@ -967,10 +971,9 @@ std::string storm_table(const options& o, double outage_s, const std::vector<sum
         load_before = s.load_before;
       load_after = s.load_after;
     }
-  std::snprintf(line, sizeof line, "\nshape %s%s", o.shape_name.c_str(),
-                o.processes > 1 ? (", fleet of " + std::to_string(o.processes) + " processes")
-                                      .c_str()
-                                : "");
+  std::snprintf(
+      line, sizeof line, "\nshape %s%s", o.shape_name.c_str(),
+      o.processes > 1 ? (", fleet of " + std::to_string(o.processes) + " processes").c_str() : "");
   out += line;
   std::snprintf(line, sizeof line,
                 "; outage %s s: %u clients, think %.0f s (exponential), timeout %.0f s, backlog "
@@ -996,13 +999,12 @@ std::string storm_table(const options& o, double outage_s, const std::vector<sum
       std::snprintf(recovery, sizeof recovery, "%.0f s", s.recovery_s);
     else
       std::snprintf(recovery, sizeof recovery, "never");
-    std::snprintf(line, sizeof line,
-                  "%-12s %11.1f %10.1f %14.1f %10ld %10s %10llu %10llu %14s %16s\n",
-                  s.strategy.c_str(), s.steady_ok, s.fault_ok, s.ok_after_thaw, s.peak_concurrency,
-                  recovery, static_cast<unsigned long long>(s.window_failed),
-                  static_cast<unsigned long long>(s.window_expired),
-                  ratio(s.attempts, s.successes).c_str(),
-                  ratio(s.window_attempts, s.window_successes).c_str());
+    std::snprintf(
+        line, sizeof line, "%-12s %11.1f %10.1f %14.1f %10ld %10s %10llu %10llu %14s %16s\n",
+        s.strategy.c_str(), s.steady_ok, s.fault_ok, s.ok_after_thaw, s.peak_concurrency, recovery,
+        static_cast<unsigned long long>(s.window_failed),
+        static_cast<unsigned long long>(s.window_expired), ratio(s.attempts, s.successes).c_str(),
+        ratio(s.window_attempts, s.window_successes).c_str());
     out += line;
   }
   return out;
@@ -1080,7 +1082,8 @@ int run_experiment(const options& o) {
     out << "outage_s,strategy,clients,time_scale,backlog,steady_ok_per_s,ok_per_s_after_thaw,"
            "peak_concurrency,recovery_s,attempts,successes,attempts_per_success,window_attempts,"
            "window_successes,window_attempts_per_success,window_failed,fault_requests,"
-           "fault_attempts,fault_retries,fault_failed,pre_fault_requests,shape,processes,fault_ok_per_s,window_expired\n";
+           "fault_attempts,fault_retries,fault_failed,pre_fault_requests,shape,processes,fault_ok_"
+           "per_s,window_expired\n";
     for (const summary& s : summaries) {
       out << s.outage_s << ',' << s.strategy << ',' << o.swarm.clients << ',' << o.time_scale << ','
           << s.backlog << ',' << s.steady_ok << ',' << s.ok_after_thaw << ',' << s.peak_concurrency
