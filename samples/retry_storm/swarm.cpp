@@ -103,9 +103,12 @@ shared_controls waiting_controls(double time_scale) {
   shared_controls c;
   // No retry budget: its refusal fails a request at once, which a caller willing to wait does
   // not want (the first timeouts of an outage would exhaust it); the breaker alone stops the
-  // sending. The recommended breaker, with a slow start: for 1 s after it closes, an attempt passes with
-  // a probability rising from 0 to 1, so the requests that waited reach the server over a
-  // second, not at one instant; a waiting request asks again every 100 ms (jittered) then.
+  // sending. The recommended breaker, with a slow start: for 5 s after it closes, an attempt
+  // passes with a probability rising from 0 to 1, and a refused request asks again 200 ms
+  // (+-50 %) later. A waiter then passes after about sqrt(2 * ramp * interval) = 1.4 s
+  // (Rayleigh-distributed): the thousand requests that waited through an outage reach the server
+  // at up to about 600 a second, which it serves at about 150 concurrent. With a 1 s ramp and
+  // 100 ms they came within half a second and its concurrency reached 950 (docs/retry_storm.md).
   c.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
       .consecutive_failures = 5,
       .failure_ratio = 0.5,
@@ -114,8 +117,8 @@ shared_controls waiting_controls(double time_scale) {
       .break_duration = at(1s),
       .break_jitter = 0.2,
       .half_open_probes = 1,
-      .ramp = at(1s),
-      .retry_interval = at(100ms),
+      .ramp = at(5s),
+      .retry_interval = at(200ms),
   });
   c.when_open = coretry::on_open::wait;
   c.deadline = at(60s);
