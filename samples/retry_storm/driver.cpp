@@ -250,6 +250,8 @@ void usage(std::FILE* out) {
       "                        a network namespace of its own); default lengths 10, 60, 30, 60,\n"
       "                        10, 10 s (--outage-s overrides)\n"
       "  --brownout-factor F   brownout: every delay times F (default 2: half the capacity)\n"
+      "  --ramp-s S            wait: the breaker's ramp after closing, default 5\n"
+      "  --wait-interval-s S   wait: how often a refused waiter asks again, default 0.2\n"
       "  --processes N         a fleet: N client processes of --clients each, sharing nothing\n"
       "  --url URL             (swarm) the server\n"
       "  --no-plot             write the CSVs only\n",
@@ -292,6 +294,8 @@ options parse(int argc, char** argv, int first, mode what) {
               {"shape", true},
               {"processes", true},
               {"brownout-factor", true},
+              {"ramp-s", true},
+              {"wait-interval-s", true},
               {"transport", true}},
              usage, [&](std::string_view a, const std::string& v) { given.emplace_back(a, v); });
   // --quick first, so that explicit flags given with it still win.
@@ -362,7 +366,11 @@ options parse(int argc, char** argv, int first, mode what) {
       o.shape_name = v;
       if (!outages_given)
         o.outages = {default_fault_s(*k)};
-    } else if (a == "brownout-factor")
+    } else if (a == "ramp-s")
+      o.swarm.waiting.ramp_s = cli::number(a, v);
+    else if (a == "wait-interval-s")
+      o.swarm.waiting.retry_interval_s = cli::number(a, v, 0.001);
+    else if (a == "brownout-factor")
       o.brownout_factor = cli::number(a, v, 1);
     else if (a == "processes")
       o.processes = static_cast<unsigned>(cli::whole(a, v, 1, 64));
@@ -699,16 +707,35 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
     description = local->describe();
   } else {
     for (unsigned k = 0; k < o.processes; ++k) {
-      char scale[32], think[32], timeout[32];
+      char scale[32], think[32], timeout[32], ramp[32], interval[32];
+      std::snprintf(ramp, sizeof ramp, "%g", o.swarm.waiting.ramp_s);
+      std::snprintf(interval, sizeof interval, "%g", o.swarm.waiting.retry_interval_s);
       std::snprintf(scale, sizeof scale, "%g", o.time_scale);
       std::snprintf(think, sizeof think, "%g", o.swarm.think_mean_s);
       std::snprintf(timeout, sizeof timeout, "%g", o.swarm.timeout_s);
-      const int fd = start_swarm_process(
-          {"--url", config.url, "--strategy", strategy, "--clients",
-           std::to_string(o.swarm.clients), "--think-s", think, "--timeout-s", timeout,
-           "--time-scale", scale, "--seed", std::to_string(o.swarm.seed * 1000 + k), "--duration-s",
-           std::to_string(total_s + 1), "--transport",
-           o.swarm.transport == transport_kind::curl ? "curl" : "asio"});
+      const int fd =
+          start_swarm_process({"--url",
+                               config.url,
+                               "--strategy",
+                               strategy,
+                               "--clients",
+                               std::to_string(o.swarm.clients),
+                               "--think-s",
+                               think,
+                               "--timeout-s",
+                               timeout,
+                               "--time-scale",
+                               scale,
+                               "--seed",
+                               std::to_string(o.swarm.seed * 1000 + k),
+                               "--duration-s",
+                               std::to_string(total_s + 1),
+                               "--transport",
+                               o.swarm.transport == transport_kind::curl ? "curl" : "asio",
+                               "--ramp-s",
+                               ramp,
+                               "--wait-interval-s",
+                               interval});
       fleet_out.push_back(std::make_unique<asio::posix::stream_descriptor>(io, fd));
       asio::co_spawn(io, follow_swarm(*fleet_out.back(), fleet, fleet_gauges[k]), asio::detached);
     }

@@ -98,7 +98,7 @@ shared_controls recommended_controls(double time_scale) {
   return c;
 }
 
-shared_controls waiting_controls(double time_scale) {
+shared_controls waiting_controls(double time_scale, waiting_options w) {
   const auto at = [time_scale](std::chrono::nanoseconds d) { return scaled(d, time_scale); };
   shared_controls c;
   // No retry budget: its refusal fails a request at once, which a caller willing to wait does
@@ -117,8 +117,10 @@ shared_controls waiting_controls(double time_scale) {
       .break_duration = at(1s),
       .break_jitter = 0.2,
       .half_open_probes = 1,
-      .ramp = at(5s),
-      .retry_interval = at(200ms),
+      .ramp = at(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(w.ramp_s))),
+      .retry_interval = at(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(w.retry_interval_s))),
   });
   c.when_open = coretry::on_open::wait;
   c.deadline = at(60s);
@@ -131,13 +133,13 @@ std::string shared_controls::breaker_state() const {
   return "-";
 }
 
-shared_controls strategy_controls(std::string_view name, double time_scale) {
+shared_controls strategy_controls(std::string_view name, double time_scale, waiting_options w) {
   shared_controls c;
   if (name == "wait")
-    return waiting_controls(time_scale);
+    return waiting_controls(time_scale, w);
   if (name == "wait-budget") {
     // `wait` with the recommended retry budget kept: what the budget costs a waiting caller.
-    c = waiting_controls(time_scale);
+    c = waiting_controls(time_scale, w);
     c.budget = recommended_controls(time_scale).budget;
     return c;
   }
@@ -288,7 +290,7 @@ swarm::swarm(asio::io_context& io, swarm_config config)
     : io_(io), config_(std::move(config)),
       backoff_(strategy_backoff(config_.strategy, config_.time_scale)
                    .value_or(coretry::backoff::fixed(std::chrono::nanoseconds::zero()))),
-      controls_(strategy_controls(config_.strategy, config_.time_scale)),
+      controls_(strategy_controls(config_.strategy, config_.time_scale, config_.waiting)),
       transport_(std::make_unique<transport_state>()) {
   if (!strategy_backoff(config_.strategy))
     throw std::invalid_argument("unknown strategy '" + config_.strategy +

@@ -68,12 +68,19 @@ struct shared_controls {
 /// `time_scale` is 1; README.md shows the same construction.
 shared_controls recommended_controls(double time_scale = 1.0);
 
-/// The recommended policy made to wait instead of failing (`wait`): `recommended_controls` with
-/// a 1 s ramp and `on_open::wait`, and a 60 s deadline per request.
-shared_controls waiting_controls(double time_scale = 1.0);
+/// The waiting variant's settings, model seconds (`--ramp-s`, `--wait-interval-s`).
+struct waiting_options {
+  double ramp_s = 5;             ///< `circuit_breaker_options::ramp`
+  double retry_interval_s = 0.2; ///< `circuit_breaker_options::retry_interval`
+};
+
+/// The recommended breaker made to wait instead of failing (`wait`): a ramp, `on_open::wait`, a
+/// 60 s deadline per request, no budget.
+shared_controls waiting_controls(double time_scale = 1.0, waiting_options w = {});
 
 /// The controls of strategy `name`, fresh (one set per swarm).
-shared_controls strategy_controls(std::string_view name, double time_scale = 1.0);
+shared_controls strategy_controls(std::string_view name, double time_scale = 1.0,
+                                  waiting_options w = {});
 
 enum class transport_kind { curl, asio };
 
@@ -87,6 +94,7 @@ struct swarm_config {
   double time_scale = 1.0;
   std::uint64_t seed = 1;
   transport_kind transport = transport_kind::curl;
+  waiting_options waiting{};
 };
 
 /// Running totals; the driver samples them once a (model) second and takes differences.
