@@ -115,6 +115,10 @@ TEST_CASE("errors table: every coretry::errc has the message the table quotes") 
         "the server asked to retry later than the policy's max_retry_after");
   CHECK(msg(errc::retry_after_past_deadline) ==
         "the server asked to retry after the retry deadline");
+  CHECK(msg(errc::rate_limited) ==
+        "the sending rate refused a send token: the wait would be too long");
+  CHECK(msg(errc::throttled_locally) ==
+        "the client's adaptive throttle rejected the attempt locally");
   CHECK(std::error_code(errc::circuit_open).category().name() == std::string("coretry"));
   // Cancellation is Asio's own code, not one of these.
   CHECK(coretry::test::operation_aborted ==

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -304,6 +305,37 @@ TEST_CASE("wait: a hedged operation waits for the breaker too") {
   CHECK(gate->granted >= 1);
 }
 
+TEST_CASE("wait: a hedged operation cancelled while it waits completes once") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<timed_gate>();
+  gate->open_until = 1h;
+  auto rate = std::make_shared<counting_rate>();
+  scripted_op op{{succeed(9)}};
+  coretry::cancellation_source source;
+  retry_policy p = waiting(gate);
+  p.cancellation = source.token();
+  p.rate_limit = rate;
+  outcome o;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p, {.delay = 50ms, .max_in_flight = 2}, record(o));
+  drive(io, [&] { return gate->refused > 0; });
+  manual_clock::advance(10s);
+  io.restart();
+  io.poll();
+  REQUIRE(o.completions == 0);
+  source.cancel();
+  drive(io, [&] { return o.completions > 0; });
+  io.restart();
+  io.poll();
+  CHECK(o.completions == 1);
+  CHECK(o.error == coretry::test::operation_aborted);
+  CHECK(o.at == 10s);
+  CHECK(op.calls == 0);
+  CHECK(rate->acquired == rate->released); // no token kept while waiting
+  CHECK(gate->log.empty());
+}
+
 TEST_CASE("wait: the real breaker spreads waiters past the break and ramps them in") {
   // 100 operations find the breaker open (1 s break, no jitter). They come back spread over
   // `retry_interval` past the break; the first is the probe, and its success closes the
@@ -349,7 +381,7 @@ TEST_CASE("wait: the real breaker spreads waiters past the break and ramps them 
     for (const auto t : op.started)
       if (t >= *closed_at)
         ++per[std::min<std::size_t>(29, static_cast<std::size_t>((t - *closed_at) / 100ms))];
-    MESSAGE("starts per 100 ms after closing: " << per[0] << " " << per[1] << " " << per[2] << ' '
+    MESSAGE("starts per 100 ms after closing: " << per[0] << " " << per[1] << " " << per[2] << " "
                                                 << per[3] << " " << per[4] << " " << per[5]);
     if (ramp > nanoseconds::zero()) {
       CHECK(per[0] <= n / 5);                                        // a trickle at first
@@ -361,4 +393,71 @@ TEST_CASE("wait: the real breaker spreads waiters past the break and ramps them 
       CHECK(per[0] >= n - 1); // everyone at once: what the ramp is for
     }
   }
+}
+
+TEST_CASE("breaker: retry_after spreads waiters past the break, and re-waits briefly after") {
+  coretry::circuit_breaker b({.consecutive_failures = 1,
+                              .break_duration = 2s,
+                              .break_jitter = 0,
+                              .retry_interval = 100ms,
+                              .seed = 3});
+  REQUIRE(b.try_acquire(0s));
+  b.on_failure(0s);
+  REQUIRE(b.open_until() == 2s);
+  nanoseconds lo = nanoseconds::max(), hi = nanoseconds::min();
+  for (int i = 0; i < 200; ++i) {
+    const nanoseconds w = b.retry_after(500ms); // open: the rest of the break, plus [0, 100 ms]
+    lo = std::min(lo, w);
+    hi = std::max(hi, w);
+  }
+  CHECK(lo >= 1500ms);
+  CHECK(hi <= 1600ms);
+  CHECK(hi - lo >= 80ms);     // spread, not one instant
+  REQUIRE(b.try_acquire(2s)); // the probe
+  REQUIRE_FALSE(b.try_acquire(2s));
+  for (int i = 0; i < 200; ++i) { // half-open: [50, 150] ms
+    const nanoseconds w = b.retry_after(2s);
+    CHECK(w >= 50ms);
+    CHECK(w <= 150ms);
+  }
+}
+
+TEST_CASE("breaker: the ramp lets a rising share through after closing, then everything") {
+  coretry::circuit_breaker b(
+      {.consecutive_failures = 1, .break_duration = 1s, .break_jitter = 0, .ramp = 10s, .seed = 5});
+  for (int i = 0; i < 1000; ++i) // closed since construction: no ramp
+    REQUIRE(b.try_acquire(0s));
+  REQUIRE(b.try_acquire(0s));
+  b.on_failure(0s);
+  REQUIRE(b.try_acquire(1s)); // the probe
+  b.on_success(1s);           // closes at 1 s
+  REQUIRE(b.state() == coretry::breaker_state::closed);
+  auto share = [&](nanoseconds at) {
+    int passed = 0;
+    for (int i = 0; i < 2000; ++i)
+      if (b.try_acquire(at)) {
+        ++passed;
+        b.on_success(at);
+      }
+    return passed / 2000.0;
+  };
+  CHECK(share(1s) == 0);
+  CHECK(share(3s) == doctest::Approx(0.2).epsilon(0.2));
+  CHECK(share(6s) == doctest::Approx(0.5).epsilon(0.1));
+  CHECK(share(10s) == doctest::Approx(0.9).epsilon(0.05));
+  CHECK(share(11s) == 1);
+  CHECK(b.ramp_refusals() == b.refusals());
+}
+
+TEST_CASE("breaker: ramp and retry_interval are checked") {
+  CHECK_THROWS_WITH_AS(coretry::circuit_breaker({.ramp = -1ns}),
+                       doctest::Contains("ramp (ns) = -1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(coretry::circuit_breaker({.retry_interval = 0ns}),
+                       doctest::Contains("retry_interval (ns) = 0"), std::invalid_argument);
+}
+
+TEST_CASE("policy: when_open must be fail or wait") {
+  retry_policy p;
+  p.when_open = static_cast<on_open>(7);
+  CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("when_open = 7"), std::invalid_argument);
 }
