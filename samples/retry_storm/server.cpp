@@ -423,6 +423,9 @@ int main(int argc, char** argv) {
   sample_support::raise_fd_limit();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
+  // The fault commands' descriptor, taken before any socket is opened: with stdin closed, a
+  // socket could otherwise become descriptor 0.
+  const int command_fd = ::dup(STDIN_FILENO);
   asio::io_context io(1);
   tcp::acceptor acceptor(io);
   tcp::endpoint endpoint(asio::ip::make_address(o.host), o.port);
@@ -438,9 +441,12 @@ int main(int argc, char** argv) {
   counters count;
   asio::co_spawn(io, accept_loop(acceptor, sched, count), asio::detached);
   asio::co_spawn(io, report_loop(o, sched, count), asio::detached);
-  asio::posix::stream_descriptor commands(io, ::dup(STDIN_FILENO));
-  asio::co_spawn(io, command_loop(commands, acceptor, endpoint, backlog, sched, count),
-                 asio::detached);
+  asio::posix::stream_descriptor commands(io);
+  if (command_fd >= 0) {
+    commands.assign(command_fd);
+    asio::co_spawn(io, command_loop(commands, acceptor, endpoint, backlog, sched, count),
+                   asio::detached);
+  }
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code, int) { io.stop(); });
