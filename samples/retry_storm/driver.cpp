@@ -33,6 +33,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -41,6 +43,7 @@
 
 #include "swarm.hpp"
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -70,6 +73,7 @@ extern "C" void on_fatal_signal(int sig) {
   const pid_t pid = g_child;
   if (pid > 0)
     kill(pid, SIGKILL);
+  // The fleet's processes die with the driver (PR_SET_DEATHSIG).
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -77,14 +81,15 @@ extern "C" void on_fatal_signal(int sig) {
 struct server_process {
   pid_t pid = -1;
   int out_fd = -1; ///< The read end of the server's stdout.
+  int in_fd = -1;  ///< The write end of the server's stdin: fault commands, one a line.
   unsigned short port = 0;
   int backlog = 0; ///< The listen backlog it reported.
 };
 
 /// Starts the server with `--port 0` and reads the port it prints. Throws on failure.
 server_process start_server(const std::string& path, const std::vector<std::string>& extra_args) {
-  int fds[2];
-  if (pipe(fds) != 0)
+  int fds[2], cmd[2];
+  if (pipe(fds) != 0 || pipe(cmd) != 0)
     throw std::runtime_error("pipe failed");
   std::vector<std::string> args{path, "--port", "0"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
@@ -102,15 +107,19 @@ server_process start_server(const std::string& path, const std::vector<std::stri
     if (getppid() != parent)
       _exit(127);
     dup2(fds[1], STDOUT_FILENO);
+    dup2(cmd[0], STDIN_FILENO);
     close(fds[0]);
     close(fds[1]);
+    close(cmd[0]);
+    close(cmd[1]);
     execv(path.c_str(), argv.data());
     std::perror(path.c_str());
     _exit(127);
   }
   g_child = pid;
   close(fds[1]);
-  server_process s{pid, fds[0], 0, 0};
+  close(cmd[0]);
+  server_process s{pid, fds[0], cmd[1], 0, 0};
   std::string line;
   const auto limit = clock_type::now() + std::chrono::seconds(5);
   while (clock_type::now() < limit) {
@@ -136,6 +145,7 @@ server_process start_server(const std::string& path, const std::vector<std::stri
   }
   kill_child();
   close(s.out_fd);
+  close(s.in_fd);
   throw std::runtime_error("the server did not report its port: " + path);
 }
 
@@ -144,11 +154,57 @@ server_process start_server(const std::string& path, const std::vector<std::stri
 enum class mode { storm, budget, swarm };
 enum class fault_kind { stop, fail };
 
+/// The failure shapes of the storm (`--shape`): what happens to the server at the fault.
+enum class shape_kind { freeze, brownout, ratelimit, partial, refuse, blackhole };
+inline constexpr std::string_view shape_names =
+    "freeze, brownout, ratelimit, partial, refuse, blackhole";
+
+std::optional<shape_kind> shape_of(std::string_view name) {
+  if (name == "freeze")
+    return shape_kind::freeze;
+  if (name == "brownout")
+    return shape_kind::brownout;
+  if (name == "ratelimit")
+    return shape_kind::ratelimit;
+  if (name == "partial")
+    return shape_kind::partial;
+  if (name == "refuse")
+    return shape_kind::refuse;
+  if (name == "blackhole")
+    return shape_kind::blackhole;
+  return std::nullopt;
+}
+
+/// The fault's default length (model seconds) for each shape, from issue 22's list.
+double default_fault_s(shape_kind k) {
+  switch (k) {
+  case shape_kind::brownout:
+  case shape_kind::partial:
+    return 60;
+  case shape_kind::ratelimit:
+    return 30;
+  default:
+    return 10;
+  }
+}
+
+/// The black hole's address: inside the lab's own network namespace, packets to it are routed
+/// into a veth whose peer is down, where the kernel drops them, while the fault lasts.
+constexpr const char* blackhole_host = "10.77.0.1";
+
 struct options {
   mode what = mode::storm;
   std::vector<std::string> strategies{"fixed", "full", "safe"};
   swarm_config swarm;
   fault_kind fault = fault_kind::stop;
+  shape_kind shape = shape_kind::freeze;
+  std::string shape_name = "freeze";
+  double brownout_factor = 2;   ///< brownout: every server delay times this.
+  double ratelimit_share = 0.8; ///< ratelimit: the share answered 429.
+  int retry_after_s = 1;        ///< ratelimit: Retry-After, model seconds.
+  double partial_share = 0.3;   ///< partial: the share answered 503.
+  unsigned processes = 1;       ///< --processes: client processes of --clients each (a fleet).
+  std::string host = "127.0.0.1";
   // Model seconds.
   double steady_s = 15, watch_s = 30;
   std::vector<double> outages{10};
@@ -182,12 +238,22 @@ void usage(std::FILE* out) {
       "  --steady-s S 15  --watch-s S 30  --hold-s S 5 (recovery criterion)\n"
       "  --backlog N           the server's listen backlog; default the system's (somaxconn)\n"
       "  --time-scale X        wall-clock seconds per model second, default 1\n"
-      "  --quick               CI: fixed,safe, outage 10, watch 20, time scale 0.5\n"
+      "  --quick               CI: fixed,safe,wait, outage 10, watch 15, time scale 0.5\n"
       "  --transport curl|asio default curl when built with coretry::curl\n"
       "  --out-dir DIR         default ./retry_storm_out\n"
       "  --server PATH         default: retry_storm_server next to this program\n"
       "  --server-arg ARG      passed to the server (repeatable)\n"
       "  --duration-s S        (swarm) how long to run, default 60\n"
+      "  --shape S             the fault: freeze (default: SIGSTOP), brownout (every delay x2),\n"
+      "                        ratelimit (429 + Retry-After: 1 to 80 %%), partial (503 to 30 %%),\n"
+      "                        refuse (listener closed: RST), blackhole (packets dropped; root:\n"
+      "                        a network namespace of its own); default lengths 10, 60, 30, 60,\n"
+      "                        10, 10 s (--outage-s overrides)\n"
+      "  --brownout-factor F   brownout: every delay times F (default 2: half the capacity)\n"
+      "  --ramp-s S            wait: the breaker's ramp after closing, default 5\n"
+      "  --wait-interval-s S   wait: how often a refused waiter asks again, default 0.2\n"
+      "  --processes N         a fleet: N client processes of --clients each, sharing nothing\n"
+      "  --url URL             (swarm) the server\n"
       "  --no-plot             write the CSVs only\n",
       static_cast<int>(strategy_names.size()), strategy_names.data());
 }
@@ -225,6 +291,11 @@ options parse(int argc, char** argv, int first, mode what) {
               {"server", true},
               {"server-arg", true},
               {"no-plot"},
+              {"shape", true},
+              {"processes", true},
+              {"brownout-factor", true},
+              {"ramp-s", true},
+              {"wait-interval-s", true},
               {"transport", true}},
              usage, [&](std::string_view a, const std::string& v) { given.emplace_back(a, v); });
   // --quick first, so that explicit flags given with it still win.
@@ -235,8 +306,8 @@ options parse(int argc, char** argv, int first, mode what) {
       o.quick = true;
       o.time_scale = 0.5;
       if (what == mode::storm) {
-        o.strategies = {"fixed", "safe"};
-        o.watch_s = 20;
+        o.strategies = {"fixed", "safe", "wait"};
+        o.watch_s = 15;
       } else if (what == mode::budget) {
         o.steady_s = 5;
         o.outages = {15};
@@ -244,6 +315,9 @@ options parse(int argc, char** argv, int first, mode what) {
       }
       o.swarm_duration_s = 20;
     }
+  bool outages_given = false;
+  for (const auto& [a, v] : given)
+    outages_given = outages_given || a == "outage-s";
   for (const auto& [a, v] : given) {
     auto number = [&, &a = a, &v = v]() { return cli::number(a, v); };
     if (a == "strategies")
@@ -284,6 +358,22 @@ options parse(int argc, char** argv, int first, mode what) {
       o.server_args.push_back(v);
     else if (a == "no-plot")
       o.plot = false;
+    else if (a == "shape") {
+      const auto k = shape_of(v);
+      if (!k)
+        cli::fail("--shape: '" + v + "' is not one of " + std::string(shape_names));
+      o.shape = *k;
+      o.shape_name = v;
+      if (!outages_given)
+        o.outages = {default_fault_s(*k)};
+    } else if (a == "ramp-s")
+      o.swarm.waiting.ramp_s = cli::number(a, v);
+    else if (a == "wait-interval-s")
+      o.swarm.waiting.retry_interval_s = cli::number(a, v, 0.001);
+    else if (a == "brownout-factor")
+      o.brownout_factor = cli::number(a, v, 1);
+    else if (a == "processes")
+      o.processes = static_cast<unsigned>(cli::whole(a, v, 1, 64));
     else if (a == "transport") {
       if (v == "curl")
         o.swarm.transport = transport_kind::curl;
@@ -295,6 +385,10 @@ options parse(int argc, char** argv, int first, mode what) {
   }
   if (what == mode::swarm)
     o.strategies = {o.swarm.strategy};
+  if (o.shape != shape_kind::freeze && what != mode::storm)
+    cli::fail("--shape is for the storm only");
+  if (o.shape == shape_kind::blackhole)
+    o.host = blackhole_host;
   for (const auto& s : o.strategies)
     if (!strategy_backoff(s))
       cli::fail("unknown strategy '" + s + "' (see --help)");
@@ -355,6 +449,7 @@ struct row {
   std::string phase;
   std::uint64_t ok = 0, requests = 0, retries = 0, failed = 0, errors = 0, timeouts = 0,
                 attempts = 0;
+  std::uint64_t expired = 0; ///< Failed requests whose deadline passed (part of `failed`).
   std::int64_t in_flight = 0, waiting = 0;
   long server_concurrency = 0;
   long server_peak = 0;
@@ -415,6 +510,7 @@ void take_difference(row& r, const swarm_counters& now, const swarm_counters& la
   r.ok = now.ok - last.ok;
   r.requests = now.requests - last.requests;
   r.failed = now.failed() - last.failed();
+  r.expired = now.deadline_exceeded - last.deadline_exceeded;
   r.errors = now.errors - last.errors;
   r.timeouts = now.timeouts - last.timeouts;
   r.attempts = now.attempts - last.attempts;
@@ -423,13 +519,168 @@ void take_difference(row& r, const swarm_counters& now, const swarm_counters& la
   r.waiting = now.waiting();
 }
 
+/// The fleet's client processes, for the exit paths: none may outlive the driver.
+std::vector<pid_t> g_swarms;
+
+void kill_swarms() {
+  for (const pid_t pid : g_swarms) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  g_swarms.clear();
+}
+
+std::string self_path() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0)
+    throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(self, static_cast<std::size_t>(n));
+}
+
+/// Starts `retry_storm swarm ARGS...` with its stdout piped to the returned descriptor.
+int start_swarm_process(const std::vector<std::string>& swarm_args) {
+  int fds[2];
+  if (pipe(fds) != 0)
+    throw std::runtime_error("pipe failed");
+  const std::string path = self_path();
+  std::vector<std::string> args{path, "swarm"};
+  args.insert(args.end(), swarm_args.begin(), swarm_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0)
+    throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(127);
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execv(path.c_str(), argv.data());
+    std::perror(path.c_str());
+    _exit(127);
+  }
+  close(fds[1]);
+  g_swarms.push_back(pid);
+  return fds[0];
+}
+
+/// One fleet member's per-second lines (`retry_storm swarm`'s output), added into `total`;
+/// `latest` keeps its gauges (in flight, waiting), which the driver sums over the fleet.
+asio::awaitable<void> follow_swarm(asio::posix::stream_descriptor& out, swarm_counters& total,
+                                   std::pair<std::int64_t, std::int64_t>& latest) {
+  asio::streambuf buffer;
+  for (;;) {
+    auto [ec, n] = co_await asio::async_read_until(out, buffer, '\n', as_tuple);
+    if (ec)
+      co_return;
+    std::string line(asio::buffers_begin(buffer.data()),
+                     asio::buffers_begin(buffer.data()) + static_cast<std::ptrdiff_t>(n));
+    buffer.consume(n);
+    int t = 0;
+    unsigned long long ok = 0, failed = 0, errors = 0, timeouts = 0, attempts = 0, requests = 0,
+                       retries = 0, expired = 0;
+    long long in_flight = 0, waiting = 0;
+    if (std::sscanf(line.c_str(),
+                    "t=%d ok %llu failed %llu errors %llu timeouts %llu attempts %llu in flight "
+                    "%lld waiting %lld requests %llu retries %llu expired %llu",
+                    &t, &ok, &failed, &errors, &timeouts, &attempts, &in_flight, &waiting,
+                    &requests, &retries, &expired) == 11) {
+      total.ok += ok;
+      total.deadline_exceeded += expired;
+      total.other_failed += failed - expired; // failed requests, whatever said no
+      total.errors += errors;
+      total.timeouts += timeouts;
+      total.attempts += attempts;
+      total.requests += requests;
+      total.retries += retries;
+      latest = {in_flight, waiting};
+    }
+  }
+}
+
+/// Applies (`on`) or lifts the fault of `o.shape` on the server.
+void apply_fault(const options& o, const server_process& server, bool on) {
+  auto command = [&](const std::string& line) {
+    const std::string text = line + "\n";
+    if (write(server.in_fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+      std::fprintf(stderr, "retry_storm: could not send '%s' to the server\n", line.c_str());
+  };
+  char buf[128];
+  switch (o.shape) {
+  case shape_kind::freeze:
+    if (o.fault == fault_kind::stop)
+      kill(server.pid, on ? SIGSTOP : SIGCONT);
+    else
+      kill(server.pid, on ? SIGUSR1 : SIGUSR2);
+    break;
+  case shape_kind::brownout:
+    std::snprintf(buf, sizeof buf, "slow %g", o.brownout_factor);
+    command(on ? buf : "healthy");
+    break;
+  case shape_kind::ratelimit:
+    std::snprintf(buf, sizeof buf, "fail %g 429 %d", o.ratelimit_share, o.retry_after_s);
+    command(on ? buf : "healthy");
+    break;
+  case shape_kind::partial:
+    std::snprintf(buf, sizeof buf, "fail %g 503 0", o.partial_share);
+    command(on ? buf : "healthy");
+    break;
+  case shape_kind::refuse:
+    command(on ? "refuse" : "accept");
+    break;
+  case shape_kind::blackhole: {
+    const std::string rule = std::string(on ? "ip rule add" : "ip rule del") + " pref 10 to " +
+                             blackhole_host + " lookup 100";
+    if (std::system(rule.c_str()) != 0)
+      std::fprintf(stderr, "retry_storm: '%s' failed\n", rule.c_str());
+    break;
+  }
+  }
+  const char* what[] = {"stopped (SIGSTOP)",    "in a brownout",        "rate limiting (429)",
+                        "failing partly (503)", "refusing connections", "in a black hole"};
+  if (on)
+    std::printf("-- server %s\n", o.fault == fault_kind::fail ? "failing (SIGUSR1)"
+                                                              : what[static_cast<int>(o.shape)]);
+  else
+    std::printf("-- fault over\n");
+}
+
+/// Puts the driver (and so the server and the fleet it starts) in a network namespace of its own
+/// where `blackhole_host` is a local address that `apply_fault` can cut off: an `ip rule` then
+/// routes everything sent to it into a veth whose peer is down, and the kernel drops it.
+void enter_blackhole_namespace() {
+  if (geteuid() != 0)
+    throw std::runtime_error("--shape blackhole needs root (a network namespace of its own)");
+  if (unshare(CLONE_NEWNET) != 0)
+    throw std::runtime_error("unshare(CLONE_NEWNET) failed: --shape blackhole needs it");
+  const std::string setup =
+      std::string("set -e; ip link set lo up; ") +
+      "ip link add rs_hole type veth peer name rs_peer; " + "ip link set rs_hole up; ip addr add " +
+      blackhole_host + "/32 dev lo; ip route add " + blackhole_host +
+      "/32 dev rs_hole table 100; ip rule add pref 100 lookup local; " + "ip rule del pref 0";
+  if (std::system(setup.c_str()) != 0)
+    throw std::runtime_error("could not set up the black hole's namespace (needs `ip` and veth)");
+}
+
 run_result run_strategy(const options& o, double outage_s, const std::string& strategy) {
   run_result result;
   result.load_before = load_average();
-  std::vector<std::string> server_args{"--base-ms",          std::to_string(100 * o.time_scale),
-                                       "--tick-ms",          std::to_string(50 * o.time_scale),
-                                       "--max-delay-s",      std::to_string(3600 * o.time_scale),
-                                       "--stats-interval-s", std::to_string(o.time_scale)};
+  std::vector<std::string> server_args{"--host",
+                                       o.host,
+                                       "--base-ms",
+                                       std::to_string(100 * o.time_scale),
+                                       "--tick-ms",
+                                       std::to_string(50 * o.time_scale),
+                                       "--max-delay-s",
+                                       std::to_string(3600 * o.time_scale),
+                                       "--stats-interval-s",
+                                       std::to_string(o.time_scale)};
   if (o.backlog > 0) {
     server_args.emplace_back("--backlog");
     server_args.push_back(std::to_string(o.backlog));
@@ -443,15 +694,72 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
   asio::co_spawn(io, follow_server(server_out, view), asio::detached);
 
   swarm_config config = scaled_swarm(o, strategy);
-  config.url = "http://127.0.0.1:" + std::to_string(server.port) + "/";
-  swarm clients(io, config);
-  std::printf("== %s; outage %s s; %s (server pid %d, backlog %d); %u clients, think %.1f s, "
-              "timeout %.1f s, time scale %.2f; load average %s\n",
-              clients.describe().c_str(), format_outage(outage_s).c_str(), config.url.c_str(),
-              static_cast<int>(server.pid), server.backlog, config.clients, o.swarm.think_mean_s,
-              o.swarm.timeout_s, o.time_scale, result.load_before.c_str());
+  config.url = "http://" + o.host + ":" + std::to_string(server.port) + "/";
+  const int total_s = static_cast<int>(std::lround(o.steady_s + outage_s + o.watch_s));
+  std::unique_ptr<swarm> local;
+  // A fleet: processes that share nothing, each a `retry_storm swarm` of --clients clients.
+  swarm_counters fleet;
+  std::vector<std::pair<std::int64_t, std::int64_t>> fleet_gauges(o.processes);
+  std::vector<std::unique_ptr<asio::posix::stream_descriptor>> fleet_out;
+  std::string description;
+  if (o.processes == 1) {
+    local = std::make_unique<swarm>(io, config);
+    description = local->describe();
+  } else {
+    for (unsigned k = 0; k < o.processes; ++k) {
+      char scale[32], think[32], timeout[32], ramp[32], interval[32];
+      std::snprintf(ramp, sizeof ramp, "%g", o.swarm.waiting.ramp_s);
+      std::snprintf(interval, sizeof interval, "%g", o.swarm.waiting.retry_interval_s);
+      std::snprintf(scale, sizeof scale, "%g", o.time_scale);
+      std::snprintf(think, sizeof think, "%g", o.swarm.think_mean_s);
+      std::snprintf(timeout, sizeof timeout, "%g", o.swarm.timeout_s);
+      const int fd =
+          start_swarm_process({"--url",
+                               config.url,
+                               "--strategy",
+                               strategy,
+                               "--clients",
+                               std::to_string(o.swarm.clients),
+                               "--think-s",
+                               think,
+                               "--timeout-s",
+                               timeout,
+                               "--time-scale",
+                               scale,
+                               "--seed",
+                               std::to_string(o.swarm.seed * 1000 + k),
+                               "--duration-s",
+                               std::to_string(total_s + 1),
+                               "--transport",
+                               o.swarm.transport == transport_kind::curl ? "curl" : "asio",
+                               "--ramp-s",
+                               ramp,
+                               "--wait-interval-s",
+                               interval});
+      fleet_out.push_back(std::make_unique<asio::posix::stream_descriptor>(io, fd));
+      asio::co_spawn(io, follow_swarm(*fleet_out.back(), fleet, fleet_gauges[k]), asio::detached);
+    }
+    description = strategy + " x " + std::to_string(o.processes) + " processes";
+  }
+  auto counters_now = [&]() -> swarm_counters {
+    if (local)
+      return local->counters();
+    swarm_counters c = fleet;
+    c.in_flight = 0;
+    c.retrying = 0;
+    for (const auto& [in_flight, waiting] : fleet_gauges) {
+      c.in_flight += in_flight;
+      c.retrying += in_flight + waiting;
+    }
+    return c;
+  };
+  std::printf("== %s; shape %s, fault %s s; %s (server pid %d, backlog %d); %u x %u clients, "
+              "think %.1f s, timeout %.1f s, time scale %.2f; load average %s\n",
+              description.c_str(), o.shape_name.c_str(), format_outage(outage_s).c_str(),
+              config.url.c_str(), static_cast<int>(server.pid), server.backlog, o.processes,
+              config.clients, o.swarm.think_mean_s, o.swarm.timeout_s, o.time_scale,
+              result.load_before.c_str());
 
-  const bool stop = o.fault == fault_kind::stop;
   const int total = static_cast<int>(std::lround(o.steady_s + outage_s + o.watch_s));
   const int fault_at = static_cast<int>(std::lround(o.steady_s));
   const int resume_at = static_cast<int>(std::lround(o.steady_s + outage_s));
@@ -459,11 +767,11 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
   auto drive = [&]() -> asio::awaitable<void> {
     asio::steady_timer timer(io);
     const auto start = clock_type::now();
-    swarm_counters last = clients.counters();
+    swarm_counters last = counters_now();
     for (int t = 1; t <= total; ++t) {
       timer.expires_at(start + wall(o, t));
       co_await timer.async_wait(as_tuple);
-      const swarm_counters& now = clients.counters();
+      const swarm_counters now = counters_now();
       row r;
       r.t = t;
       r.outage_s = outage_s;
@@ -474,8 +782,8 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
       view.peak = view.concurrency;
       r.server_delay_ms = view.delay_ms / o.time_scale;
       r.phase = phase_of(o, outage_s, t);
-      if (clients.controls().breaker)
-        r.breaker = coretry::to_string(clients.controls().breaker->state());
+      if (local)
+        r.breaker = local->controls().breaker_state();
       last = now;
       std::printf("t=%3d %-8s ok %5llu  failed %5llu  timeouts %5llu  errors %5llu  attempts "
                   "%5llu  in flight %5lld  waiting %5lld  server conc %6ld  delay %9.1f ms%s%s\n",
@@ -488,32 +796,44 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
                   r.breaker == "-" ? "" : "  breaker ", r.breaker == "-" ? "" : r.breaker.c_str());
       std::fflush(stdout);
       result.rows.push_back(std::move(r));
-      if (t == fault_at) {
-        kill(server.pid, stop ? SIGSTOP : SIGUSR1);
-        std::printf(stop ? "-- server stopped (SIGSTOP)\n" : "-- server failing (SIGUSR1)\n");
-      } else if (t == resume_at) {
-        kill(server.pid, stop ? SIGCONT : SIGUSR2);
-        std::printf(stop ? "-- server resumed (SIGCONT)\n" : "-- server healthy (SIGUSR2)\n");
-      }
+      if (t == fault_at)
+        apply_fault(o, server, true);
+      else if (t == resume_at)
+        apply_fault(o, server, false);
     }
-    result.error_kinds = clients.counters().error_kinds;
-    result.statuses = clients.counters().statuses;
+    {
+      const swarm_counters c = counters_now();
+      std::printf("   failed requests: %llu circuit open, %llu out of budget, %llu deadline, %llu "
+                  "other\n",
+                  static_cast<unsigned long long>(c.circuit_open),
+                  static_cast<unsigned long long>(c.budget_exhausted),
+                  static_cast<unsigned long long>(c.deadline_exceeded),
+                  static_cast<unsigned long long>(c.other_failed));
+    }
+    result.error_kinds = counters_now().error_kinds;
+    result.statuses = counters_now().statuses;
     for (const auto& [kind, count] : result.error_kinds)
       std::printf("   failed attempts: %8llu  %s\n", static_cast<unsigned long long>(count),
                   kind.c_str());
-    clients.stop();
-    // Let every client unwind (cancelled attempts close their connections) before teardown.
-    for (int i = 0; i < 1000 && clients.counters().alive > 0; ++i) {
-      timer.expires_after(std::chrono::milliseconds(10));
-      co_await timer.async_wait(as_tuple);
+    if (local) {
+      local->stop();
+      // Let every client unwind (cancelled attempts close their connections) before teardown.
+      for (int i = 0; i < 1000 && local->counters().alive > 0; ++i) {
+        timer.expires_after(std::chrono::milliseconds(10));
+        co_await timer.async_wait(as_tuple);
+      }
     }
+    kill_swarms();
     kill_child();
     io.stop();
   };
-  clients.start();
+  if (local)
+    local->start();
   asio::co_spawn(io, drive(), asio::detached);
   io.run();
+  kill_swarms();
   kill_child();
+  close(server.in_fd);
   result.load_after = load_average();
   return result;
 }
@@ -526,11 +846,12 @@ struct summary {
   int backlog = 0;
   double steady_ok = 0;
   double ok_after_thaw = 0; ///< Mean OK/s over the 5 s after the thaw.
+  double fault_ok = 0;      ///< Mean OK/s during the fault.
   long peak_concurrency = 0;
   double recovery_s = -1; ///< Negative: never.
   std::uint64_t attempts = 0, successes = 0;
   // Over the outage and the watch after it.
-  std::uint64_t window_attempts = 0, window_successes = 0, window_failed = 0;
+  std::uint64_t window_attempts = 0, window_successes = 0, window_failed = 0, window_expired = 0;
   // During the fault only.
   std::uint64_t fault_requests = 0, fault_retries = 0, fault_attempts = 0, fault_failed = 0;
   /// Requests of the 10 s before the fault: a windowed budget still remembers them.
@@ -567,10 +888,12 @@ summary summarise(const options& o, double outage_s, const std::string& strategy
       s.window_attempts += r.attempts;
       s.window_successes += r.ok;
       s.window_failed += r.failed;
+      s.window_expired += r.expired;
     }
     if (r.phase == "steady" && r.t > o.steady_s - 10)
       s.pre_fault_requests += r.requests;
     if (r.phase == "outage") {
+      s.fault_ok += static_cast<double>(r.ok);
       s.fault_requests += r.requests;
       s.fault_retries += r.retries;
       s.fault_attempts += r.attempts;
@@ -578,6 +901,7 @@ summary summarise(const options& o, double outage_s, const std::string& strategy
     }
   }
   s.steady_ok = n ? sum / n : 0;
+  s.fault_ok /= std::max(1.0, std::round(outage_s));
   s.ok_after_thaw = n_after ? after / n_after : 0;
   // Recovered from the start of bin i if, over the next `hold` bins, OK/s averages at least 90 %
   // of the steady rate and no single bin falls below half of it. One-second counts are noisy: at
@@ -611,8 +935,10 @@ std::string ratio(std::uint64_t a, std::uint64_t b) {
 void draw(const options& o, double outage_s, const std::vector<std::string>& strategies,
           const std::vector<row>& rows) {
   const double fault = o.steady_s, resume = o.steady_s + outage_s;
-  const std::string shade = o.fault == fault_kind::stop ? "seconds (shaded: server stopped)"
-                                                        : "seconds (shaded: server failing)";
+  const std::string shade = o.fault == fault_kind::fail ? "seconds (shaded: server failing)"
+                            : o.shape == shape_kind::freeze
+                                ? "seconds (shaded: server stopped)"
+                                : "seconds (shaded: " + o.shape_name + ")";
   // One OK/s panel per strategy, on one scale, so that no line hides another; then the server's
   // concurrency for all of them (log scale, one dash style each).
   double top = 1;
@@ -653,8 +979,9 @@ void draw(const options& o, double outage_s, const std::vector<std::string>& str
   }
   if (o.fault == fault_kind::stop)
     panels.push_back(conc);
-  const std::string picture =
-      sample_support::draw(o.out_dir + "/retry_storm_" + format_outage(outage_s) + "s", panels);
+  const std::string prefix = o.shape == shape_kind::freeze ? "" : o.shape_name + "_";
+  const std::string picture = sample_support::draw(
+      o.out_dir + "/retry_storm_" + prefix + format_outage(outage_s) + "s", panels);
   if (!picture.empty())
     std::printf("picture: %s\n", picture.c_str());
 }
@@ -671,20 +998,25 @@ std::string storm_table(const options& o, double outage_s, const std::vector<sum
         load_before = s.load_before;
       load_after = s.load_after;
     }
+  std::snprintf(
+      line, sizeof line, "\nshape %s%s", o.shape_name.c_str(),
+      o.processes > 1 ? (", fleet of " + std::to_string(o.processes) + " processes").c_str() : "");
+  out += line;
   std::snprintf(line, sizeof line,
-                "\noutage %s s: %u clients, think %.0f s (exponential), timeout %.0f s, backlog "
+                "; outage %s s: %u clients, think %.0f s (exponential), timeout %.0f s, backlog "
                 "%d; steady %.0f s, outage %s s, watch %.0f s; time scale %.2f (rates per model "
                 "second); load average %s before, %s after\n",
                 format_outage(outage_s).c_str(), o.swarm.clients, o.swarm.think_mean_s,
                 o.swarm.timeout_s, backlog, o.steady_s, format_outage(outage_s).c_str(), o.watch_s,
                 o.time_scale, load_before.c_str(), load_after.c_str());
   out += line;
-  std::snprintf(line, sizeof line, "%-12s %11s %14s %10s %10s %10s %14s %16s\n", "strategy",
-                "steady OK/s", "OK/s 0-5s after", "peak conc", "recovery", "failed",
-                "attempts/succ", "attempts/succ in");
+  std::snprintf(line, sizeof line, "%-12s %11s %10s %14s %10s %10s %10s %10s %14s %16s\n",
+                "strategy", "steady OK/s", "OK/s", "OK/s 0-5s after", "peak conc", "recovery",
+                "failed", "of which", "attempts/succ", "attempts/succ in");
   out += line;
-  std::snprintf(line, sizeof line, "%-12s %11s %14s %10s %10s %10s %14s %16s\n", "", "", "the thaw",
-                "", "", "requests", "(whole run)", "outage+watch");
+  std::snprintf(line, sizeof line, "%-12s %11s %10s %14s %10s %10s %10s %10s %14s %16s\n", "", "",
+                "in fault", "the thaw", "", "", "requests", "deadline", "(whole run)",
+                "outage+watch");
   out += line;
   for (const summary& s : all) {
     if (s.outage_s != outage_s)
@@ -694,11 +1026,12 @@ std::string storm_table(const options& o, double outage_s, const std::vector<sum
       std::snprintf(recovery, sizeof recovery, "%.0f s", s.recovery_s);
     else
       std::snprintf(recovery, sizeof recovery, "never");
-    std::snprintf(line, sizeof line, "%-12s %11.1f %14.1f %10ld %10s %10llu %14s %16s\n",
-                  s.strategy.c_str(), s.steady_ok, s.ok_after_thaw, s.peak_concurrency, recovery,
-                  static_cast<unsigned long long>(s.window_failed),
-                  ratio(s.attempts, s.successes).c_str(),
-                  ratio(s.window_attempts, s.window_successes).c_str());
+    std::snprintf(
+        line, sizeof line, "%-12s %11.1f %10.1f %14.1f %10ld %10s %10llu %10llu %14s %16s\n",
+        s.strategy.c_str(), s.steady_ok, s.fault_ok, s.ok_after_thaw, s.peak_concurrency, recovery,
+        static_cast<unsigned long long>(s.window_failed),
+        static_cast<unsigned long long>(s.window_expired), ratio(s.attempts, s.successes).c_str(),
+        ratio(s.window_attempts, s.window_successes).c_str());
     out += line;
   }
   return out;
@@ -762,13 +1095,13 @@ int run_experiment(const options& o) {
   {
     std::ofstream csv(csv_path);
     csv << "outage_s,time,strategy,phase,ok,requests,retries,failed,errors,timeouts,attempts,"
-           "in_flight,waiting,server_concurrency,server_peak,server_delay_ms,breaker\n";
+           "in_flight,waiting,server_concurrency,server_peak,server_delay_ms,breaker,expired\n";
     for (const row& r : all)
       csv << r.outage_s << ',' << r.t << ',' << r.strategy << ',' << r.phase << ',' << r.ok << ','
           << r.requests << ',' << r.retries << ',' << r.failed << ',' << r.errors << ','
           << r.timeouts << ',' << r.attempts << ',' << r.in_flight << ',' << r.waiting << ','
           << r.server_concurrency << ',' << r.server_peak << ',' << r.server_delay_ms << ','
-          << r.breaker << '\n';
+          << r.breaker << ',' << r.expired << '\n';
   }
   const std::string summary_path = o.out_dir + "/summary.csv";
   {
@@ -776,7 +1109,8 @@ int run_experiment(const options& o) {
     out << "outage_s,strategy,clients,time_scale,backlog,steady_ok_per_s,ok_per_s_after_thaw,"
            "peak_concurrency,recovery_s,attempts,successes,attempts_per_success,window_attempts,"
            "window_successes,window_attempts_per_success,window_failed,fault_requests,"
-           "fault_attempts,fault_retries,fault_failed,pre_fault_requests\n";
+           "fault_attempts,fault_retries,fault_failed,pre_fault_requests,shape,processes,fault_ok_"
+           "per_s,window_expired\n";
     for (const summary& s : summaries) {
       out << s.outage_s << ',' << s.strategy << ',' << o.swarm.clients << ',' << o.time_scale << ','
           << s.backlog << ',' << s.steady_ok << ',' << s.ok_after_thaw << ',' << s.peak_concurrency
@@ -789,7 +1123,8 @@ int run_experiment(const options& o) {
           << s.window_attempts << ',' << s.window_successes << ','
           << ratio(s.window_attempts, s.window_successes) << ',' << s.window_failed << ','
           << s.fault_requests << ',' << s.fault_attempts << ',' << s.fault_retries << ','
-          << s.fault_failed << ',' << s.pre_fault_requests << '\n';
+          << s.fault_failed << ',' << s.pre_fault_requests << ',' << o.shape_name << ','
+          << o.processes << ',' << s.fault_ok << ',' << s.window_expired << '\n';
     }
   }
 
@@ -835,11 +1170,12 @@ int run_swarm_only(const options& o) {
       take_difference(r, now, last);
       std::printf(
           "t=%3d ok %5llu  failed %5llu  errors %5llu  timeouts %5llu  attempts %5llu  "
-          "in flight %5lld  waiting %5lld\n",
+          "in flight %5lld  waiting %5lld  requests %5llu  retries %5llu  expired %5llu\n",
           t, static_cast<unsigned long long>(r.ok), static_cast<unsigned long long>(r.failed),
           static_cast<unsigned long long>(r.errors), static_cast<unsigned long long>(r.timeouts),
           static_cast<unsigned long long>(r.attempts), static_cast<long long>(r.in_flight),
-          static_cast<long long>(r.waiting));
+          static_cast<long long>(r.waiting), static_cast<unsigned long long>(r.requests),
+          static_cast<unsigned long long>(r.retries), static_cast<unsigned long long>(r.expired));
       std::fflush(stdout);
       last = now;
     }
@@ -887,7 +1223,10 @@ int main(int argc, char** argv) {
   signal(SIGHUP, on_fatal_signal);
   signal(SIGPIPE, SIG_IGN);
   std::atexit(kill_child);
+  std::atexit(kill_swarms);
   try {
+    if (o.shape == shape_kind::blackhole)
+      enter_blackhole_namespace();
     return what == mode::swarm ? run_swarm_only(o) : run_experiment(o);
   } catch (const std::exception& e) {
     kill_child();

@@ -23,6 +23,17 @@
 // "503 Service Unavailable" (it never enters the model); SIGUSR2 makes it healthy again. The
 // budget demo uses this for an upstream that fails 100 % without slowing down.
 //
+// The other failure shapes are commands, one a line on stdin (the driver writes them):
+//   fail <fraction> <status> <retry_after_s>   answer <fraction> of the requests at once with
+//                                             <status> (503, 429, ...) and, when
+//                                             <retry_after_s> > 0, "Retry-After: <retry_after_s>"
+//                                             (model seconds: the lab's clients scale it)
+//   slow <factor>                             every delay of the model times <factor>
+//   refuse                                    close the listening socket: connections are refused
+//                                             (RST); requests already read are still served
+//   accept                                    listen again, on the same port
+//   healthy                                   undo fail and slow
+//
 // Output (stdout, line-buffered), machine-readable:
 //   port <n> backlog <b>                          once, when listening
 //   stat t=<s> concurrency=<n> delay_ms=<d> peak=<n> accepted=<n> completed=<n> failed=<n>
@@ -36,6 +47,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 #include <asio/read_until.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
@@ -53,10 +65,13 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace {
 
@@ -72,19 +87,21 @@ struct model {
   double factor = 1.05;      ///< --factor
   double k = 15;             ///< --k
   double max_delay_s = 3600; ///< --max-delay-s: the saturation point of the curve.
+  double slowdown = 1;       ///< `slow <factor>`: a brownout multiplies every delay.
 
   /// The delay at a given concurrency; saturates at `max_delay_s` instead of overflowing.
   double delay(std::size_t concurrency) const {
     if (concurrency <= limit)
-      return base_s;
+      return base_s * slowdown;
     const double exponent = static_cast<double>(concurrency - limit) / k;
     // Compare logarithms: factor^exponent may overflow long before the cap is reached.
-    const double log_delay = std::log(base_s) + exponent * std::log(factor);
+    const double log_delay = std::log(base_s * slowdown) + exponent * std::log(factor);
     return log_delay >= std::log(max_delay_s) ? max_delay_s : std::exp(log_delay);
   }
 };
 
 struct options {
+  std::string host = "127.0.0.1";
   unsigned short port = 8070;
   model m;
   double tick_s = 0.050;
@@ -112,7 +129,10 @@ struct pending {
 /// Owns the queue of requests in progress, oldest first, and decides when each completes.
 class scheduler {
 public:
-  scheduler(asio::io_context& io, const options& o) : io_(io), o_(o), tick_(io) {}
+  scheduler(asio::io_context& io, options& o) : io_(io), o_(o), tick_(io) {}
+
+  /// A brownout: every delay times `factor` from now on.
+  void set_slowdown(double factor) { o_.m.slowdown = factor; }
 
   std::size_t concurrency() const { return queue_.size(); }
   /// The model's delay at the current concurrency (the last one computed when idle).
@@ -178,7 +198,7 @@ private:
   }
 
   asio::io_context& io_;
-  const options& o_;
+  options& o_;
   asio::steady_timer tick_;
   bool armed_ = false;
   clock_type::time_point armed_at_{};
@@ -190,9 +210,34 @@ private:
 struct counters {
   unsigned long accepted = 0;
   unsigned long completed = 0;
-  unsigned long failed = 0; ///< Answered 503 while failing (SIGUSR1).
-  bool failing = false;
+  unsigned long failed = 0; ///< Answered with an error status (SIGUSR1, `fail`).
+  bool failing = false;     ///< SIGUSR1: everything fails with 503.
+  double fail_fraction = 0; ///< `fail`: this share of the requests fails with `fail_status`.
+  int fail_status = 503;
+  int retry_after_s = 0;
+  std::minstd_rand rng{12345};
+  std::uniform_real_distribution<double> uniform{0.0, 1.0};
+
+  /// The status to answer at once, or 0 to serve the request.
+  int failure() {
+    if (failing)
+      return 503;
+    if (fail_fraction > 0 && uniform(rng) < fail_fraction)
+      return fail_status;
+    return 0;
+  }
 };
+
+std::string error_answer(int status, int retry_after_s) {
+  std::string reason = status == 429   ? "Too Many Requests"
+                       : status == 503 ? "Service Unavailable"
+                                       : "Error";
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                    "\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n";
+  if (retry_after_s > 0)
+    out += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
+  return out + "Connection: close\r\n\r\nFAIL\n";
+}
 
 asio::awaitable<void> serve(tcp::socket socket, scheduler& sched, counters& count) {
   asio::streambuf head(64 * 1024);
@@ -201,14 +246,10 @@ asio::awaitable<void> serve(tcp::socket socket, scheduler& sched, counters& coun
   if (read_error)
     co_return; // no complete request: nothing to serve
   std::error_code ignored;
-  if (count.failing) {
+  if (const int status = count.failure()) {
     ++count.failed;
-    static constexpr std::string_view unavailable = "HTTP/1.1 503 Service Unavailable\r\n"
-                                                    "Content-Type: text/plain\r\n"
-                                                    "Content-Length: 5\r\n"
-                                                    "Connection: close\r\n\r\n"
-                                                    "FAIL\n";
-    co_await asio::async_write(socket, asio::buffer(unavailable), as_tuple);
+    const std::string answer = error_answer(status, count.retry_after_s);
+    co_await asio::async_write(socket, asio::buffer(answer), as_tuple);
     socket.shutdown(tcp::socket::shutdown_both, ignored);
     co_return;
   }
@@ -229,7 +270,7 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, scheduler& sched, cou
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(as_tuple);
     if (ec) {
-      if (ec == asio::error::operation_aborted)
+      if (ec == asio::error::operation_aborted || !acceptor.is_open())
         co_return;
       // Out of descriptors or similar: wait a little rather than spin.
       asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(10));
@@ -264,16 +305,69 @@ asio::awaitable<void> report_loop(const options& o, scheduler& sched, counters& 
   }
 }
 
+/// Opens, binds and listens (again, after `refuse`) on `endpoint`.
+void listen_on(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, int backlog) {
+  acceptor.open(endpoint.protocol());
+  acceptor.set_option(tcp::acceptor::reuse_address(true));
+  acceptor.bind(endpoint);
+  acceptor.listen(backlog);
+}
+
+/// Reads the fault commands of the header comment from stdin until it closes.
+asio::awaitable<void> command_loop(asio::posix::stream_descriptor& in, tcp::acceptor& acceptor,
+                                   tcp::endpoint endpoint, int backlog, scheduler& sched,
+                                   counters& count) {
+  asio::streambuf buffer;
+  for (;;) {
+    auto [ec, n] = co_await asio::async_read_until(in, buffer, '\n', as_tuple);
+    if (ec)
+      co_return;
+    std::string line(asio::buffers_begin(buffer.data()),
+                     asio::buffers_begin(buffer.data()) + static_cast<std::ptrdiff_t>(n));
+    buffer.consume(n);
+    std::istringstream words(line);
+    std::string verb;
+    words >> verb;
+    if (verb == "fail") {
+      double fraction = 0;
+      int status = 503, retry_after = 0;
+      words >> fraction >> status >> retry_after;
+      count.fail_fraction = std::clamp(fraction, 0.0, 1.0);
+      count.fail_status = status;
+      count.retry_after_s = std::max(retry_after, 0);
+    } else if (verb == "slow") {
+      double factor = 1;
+      words >> factor;
+      sched.set_slowdown(factor > 0 ? factor : 1);
+    } else if (verb == "healthy") {
+      count.fail_fraction = 0;
+      count.retry_after_s = 0;
+      sched.set_slowdown(1);
+    } else if (verb == "refuse") {
+      std::error_code ignored;
+      acceptor.close(ignored); // the kernel now answers SYNs with RST
+    } else if (verb == "accept" && !acceptor.is_open()) {
+      listen_on(acceptor, endpoint, backlog);
+      asio::co_spawn(acceptor.get_executor(), accept_loop(acceptor, sched, count), asio::detached);
+    } else if (!verb.empty()) {
+      std::fprintf(stderr, "retry_storm_server: unknown command '%s'\n", verb.c_str());
+    }
+  }
+}
+
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: retry_storm_server [--port N (0 = any; default 8070)] [--base-ms 100]\n"
+               "usage: retry_storm_server [--host 127.0.0.1] [--port N (0 = any; default 8070)]\n"
+               "         [--base-ms 100]\n"
                "         [--limit 30] [--factor 1.05] [--k 15] [--max-delay-s 3600]\n"
                "         [--tick-ms 50] [--stats-interval-s 1] [--backlog N]\n"
                "Response delay: base while concurrency <= limit, else\n"
                "base * factor^((concurrency - limit) / k), capped at max-delay, re-evaluated\n"
                "every tick from the current concurrency. The backlog defaults to the system's\n"
                "(/proc/sys/net/core/somaxconn, else SOMAXCONN). SIGUSR1: answer 503 to every\n"
-               "request from now on; SIGUSR2: serve again.\n");
+               "request from now on; SIGUSR2: serve again. Fault commands on stdin, one a line:\n"
+               "fail <fraction> <status> <retry_after_s>, slow <factor>, refuse, accept,\n"
+               "healthy.\n");
 }
 
 options parse(int argc, char** argv) {
@@ -286,7 +380,8 @@ options parse(int argc, char** argv) {
     return x;
   };
   cli::parse("retry_storm_server", argc, argv, 1,
-             {{"port", true},
+             {{"host", true},
+              {"port", true},
               {"base-ms", true},
               {"limit", true},
               {"factor", true},
@@ -296,7 +391,9 @@ options parse(int argc, char** argv) {
               {"stats-interval-s", true},
               {"backlog", true}},
              usage, [&](std::string_view a, const std::string& v) {
-               if (a == "port")
+               if (a == "host")
+                 o.host = v;
+               else if (a == "port")
                  o.port = static_cast<unsigned short>(cli::whole(a, v, 0, 65535));
                else if (a == "base-ms")
                  o.m.base_s = positive(a, v) / 1e3;
@@ -322,20 +419,21 @@ options parse(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
-  const options o = parse(argc, argv);
+  options o = parse(argc, argv);
   sample_support::raise_fd_limit();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
+  // The fault commands' descriptor, taken before any socket is opened: with stdin closed, a
+  // socket could otherwise become descriptor 0.
+  const int command_fd = ::dup(STDIN_FILENO);
   asio::io_context io(1);
   tcp::acceptor acceptor(io);
-  const tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), o.port);
-  acceptor.open(endpoint.protocol());
-  acceptor.set_option(tcp::acceptor::reuse_address(true));
-  acceptor.bind(endpoint);
+  tcp::endpoint endpoint(asio::ip::make_address(o.host), o.port);
   // The accept queue is where requests pile up while the process is stopped: its length bounds
   // the burst of stale requests the server finds when it resumes (see docs/retry_storm.md).
   const int backlog = o.backlog > 0 ? o.backlog : system_backlog();
-  acceptor.listen(backlog);
+  listen_on(acceptor, endpoint, backlog);
+  endpoint = acceptor.local_endpoint(); // `accept` listens again on the port chosen now
   std::printf("port %u backlog %d\n", static_cast<unsigned>(acceptor.local_endpoint().port()),
               backlog);
 
@@ -343,6 +441,12 @@ int main(int argc, char** argv) {
   counters count;
   asio::co_spawn(io, accept_loop(acceptor, sched, count), asio::detached);
   asio::co_spawn(io, report_loop(o, sched, count), asio::detached);
+  asio::posix::stream_descriptor commands(io);
+  if (command_fd >= 0) {
+    commands.assign(command_fd);
+    asio::co_spawn(io, command_loop(commands, acceptor, endpoint, backlog, sched, count),
+                   asio::detached);
+  }
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code, int) { io.stop(); });

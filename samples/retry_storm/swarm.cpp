@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #include "swarm.hpp"
 
+#include <coretry/attempt.hpp>
 #include <coretry/error.hpp>
 #include <coretry/random.hpp>
 #include <coretry/retry.hpp>
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <istream>
 #include <limits>
 #include <stdexcept>
@@ -43,7 +45,7 @@ std::chrono::nanoseconds scaled(std::chrono::nanoseconds d, double time_scale) {
 
 bool uses_default_backoff(std::string_view name) {
   return name == "full" || name == "safe" || name == "breaker" || name == "budget" ||
-         name == "adaptive";
+         name == "adaptive" || name == "wait" || name == "wait-budget" || name == "sre";
 }
 
 } // namespace
@@ -96,8 +98,60 @@ shared_controls recommended_controls(double time_scale) {
   return c;
 }
 
-shared_controls strategy_controls(std::string_view name, double time_scale) {
+shared_controls waiting_controls(double time_scale, waiting_options w) {
+  const auto at = [time_scale](std::chrono::nanoseconds d) { return scaled(d, time_scale); };
   shared_controls c;
+  // No retry budget: its refusal fails a request at once, which a caller willing to wait does
+  // not want (the first timeouts of an outage would exhaust it); the breaker alone stops the
+  // sending. The recommended breaker, with a slow start: for 5 s after it closes, an attempt
+  // passes with a probability rising from 0 to 1, and a refused request asks again 200 ms
+  // (+-50 %) later. A waiter then passes after about sqrt(2 * ramp * interval) = 1.4 s
+  // (Rayleigh-distributed): the thousand requests that waited through an outage reach the server
+  // at up to about 600 a second, which it serves at about 150 concurrent. With a 1 s ramp and
+  // 100 ms they came within half a second and its concurrency reached 950 (docs/retry_storm.md).
+  c.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 5,
+      .failure_ratio = 0.5,
+      .minimum_throughput = 20,
+      .window = at(10s),
+      .break_duration = at(1s),
+      .break_jitter = 0.2,
+      .half_open_probes = 1,
+      .ramp = at(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(w.ramp_s))),
+      .retry_interval = at(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(w.retry_interval_s))),
+  });
+  c.when_open = coretry::on_open::wait;
+  c.deadline = at(60s);
+  return c;
+}
+
+std::string shared_controls::breaker_state() const {
+  if (const auto* b = dynamic_cast<const coretry::circuit_breaker*>(breaker.get()))
+    return std::string(coretry::to_string(b->state()));
+  return "-";
+}
+
+shared_controls strategy_controls(std::string_view name, double time_scale, waiting_options w) {
+  shared_controls c;
+  if (name == "wait")
+    return waiting_controls(time_scale, w);
+  if (name == "wait-budget") {
+    // `wait` with the recommended retry budget kept: what the budget costs a waiting caller.
+    c = waiting_controls(time_scale, w);
+    c.budget = recommended_controls(time_scale).budget;
+    return c;
+  }
+  if (name == "sre") {
+    // The SRE book's client-side throttling in place of the breaker, with the same budget.
+    c.budget = recommended_controls(time_scale).budget;
+    c.breaker = std::make_shared<coretry::adaptive_throttle>(coretry::adaptive_throttle_options{
+        .k = 2.0,
+        .window = scaled(std::chrono::minutes(2), time_scale),
+    });
+    return c;
+  }
   if (name == "safe" || name == "adaptive")
     c = recommended_controls(time_scale);
   else if (name == "breaker")
@@ -184,7 +238,7 @@ parsed_url parse_url(const std::string& url) {
 /// One GET over a fresh connection, read to the end; returns the status. Cancellation (the retry
 /// loop's attempt timeout) reaches every socket operation through the coroutine's cancellation
 /// slot, and the socket is closed when the frame unwinds.
-asio::awaitable<long> asio_get(const parsed_url& target, const std::string& request) {
+asio::awaitable<http_answer> asio_get(const parsed_url& target, const std::string& request) {
   tcp::socket socket(co_await asio::this_coro::executor);
   co_await socket.async_connect(target.endpoint, asio::use_awaitable);
   co_await asio::async_write(socket, asio::buffer(request), asio::use_awaitable);
@@ -202,7 +256,12 @@ asio::awaitable<long> asio_get(const parsed_url& target, const std::string& requ
   (void)n;
   if (ec && ec != asio::error::eof)
     throw std::system_error(ec);
-  co_return status;
+  http_answer answer{status, 0};
+  std::string line;
+  while (std::getline(in, line) && line != "\r")
+    if (line.rfind("Retry-After:", 0) == 0)
+      answer.retry_after_s = std::atof(line.c_str() + 12);
+  co_return answer;
 }
 
 /// The retry loop's own attempt timeout (seen inside the attempt as its cancellation), or a
@@ -231,7 +290,7 @@ swarm::swarm(asio::io_context& io, swarm_config config)
     : io_(io), config_(std::move(config)),
       backoff_(strategy_backoff(config_.strategy, config_.time_scale)
                    .value_or(coretry::backoff::fixed(std::chrono::nanoseconds::zero()))),
-      controls_(strategy_controls(config_.strategy, config_.time_scale)),
+      controls_(strategy_controls(config_.strategy, config_.time_scale, config_.waiting)),
       transport_(std::make_unique<transport_state>()) {
   if (!strategy_backoff(config_.strategy))
     throw std::invalid_argument("unknown strategy '" + config_.strategy +
@@ -246,14 +305,17 @@ swarm::swarm(asio::io_context& io, swarm_config config)
     // clients, or the HTTP client itself would throttle the retries the experiment is about.
     opts.max_total_connections = static_cast<long>(config_.clients);
     t.curl = std::make_unique<coretry::curl::client>(io_.get_executor(), opts);
-    t.perform = [this, &t]() -> asio::awaitable<long> {
+    t.perform = [this, &t]() -> asio::awaitable<http_answer> {
       coretry::curl::request req;
       req.url = config_.url;
       // The retry loop's attempt timeout is the one that counts; curl's is only a backstop.
       req.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::duration<double>(config_.timeout_s * 2));
       const auto res = co_await t.curl->perform(std::move(req));
-      co_return res.status;
+      http_answer answer{res.status, 0};
+      if (const auto hint = res.header("Retry-After"))
+        answer.retry_after_s = std::atof(std::string(*hint).c_str());
+      co_return answer;
     };
 #else
     throw std::invalid_argument("this build has no curl transport; use --transport asio");
@@ -305,11 +367,13 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
 
   coretry::retry_policy policy{
       .max_attempts = std::numeric_limits<unsigned>::max(), // retry until success, or told not to
+      .deadline = controls_.deadline,
       .attempt_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(config_.timeout_s)),
       .backoff = backoff_,
       .budget = controls_.budget,
       .breaker = controls_.breaker,
+      .when_open = controls_.when_open,
       .rate_limit = controls_.rate_limit,
       .cancellation = stop_source_.token(),
       // circuit_open and budget_exhausted rather than the last attempt's error: the counts below
@@ -331,7 +395,8 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
     }
   };
   unsigned sent = 0; // attempts of the current request
-  auto attempt = [this, &note_failure, &sent]() -> asio::awaitable<void> {
+  auto attempt = [this, &note_failure,
+                  &sent](coretry::attempt_context& context) -> asio::awaitable<void> {
     struct in_flight_guard {
       std::int64_t& n;
       explicit in_flight_guard(std::int64_t& c) : n(c) { ++n; }
@@ -340,13 +405,18 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
     ++counters_.attempts;
     if (++sent > 1)
       ++counters_.retries;
-    long status = 0;
+    http_answer answer;
     try {
-      status = co_await transport_->perform();
+      answer = co_await transport_->perform();
     } catch (const std::system_error& e) {
       note_failure(e.code());
       throw;
     }
+    const long status = answer.status;
+    // The lab's server gives Retry-After in model seconds: scaled like every other time.
+    if (answer.retry_after_s > 0)
+      context.retry_after(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(answer.retry_after_s * config_.time_scale)));
     ++counters_.statuses[status];
     if (status < 200 || status > 299) {
       const std::error_code ec(static_cast<int>(status), http_status_category());
@@ -372,10 +442,18 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       ++counters_.ok;
     } catch (const std::system_error& e) {
       // A failed request: the user sees an error and, like everyone, thinks before the next one.
-      if (e.code() == coretry::errc::circuit_open)
+      // A request that waits for the breaker (`wait`) is refused only when the wait would end
+      // past its deadline: that is its deadline passing, counted as such.
+      if (e.code() == coretry::errc::circuit_open && controls_.when_open == coretry::on_open::wait)
+        ++counters_.deadline_exceeded;
+      else if (e.code() == coretry::errc::circuit_open)
         ++counters_.circuit_open;
       else if (e.code() == coretry::errc::budget_exhausted)
         ++counters_.budget_exhausted;
+      else if (e.code() == coretry::errc::deadline_exceeded)
+        ++counters_.deadline_exceeded;
+      else if (!stopping_)
+        ++counters_.other_failed;
       // Otherwise cancelled by stop(): the loop ends below.
     }
     --counters_.retrying;

@@ -9,6 +9,7 @@
 #include <coretry/cancellation.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/rate_limit.hpp>
+#include <coretry/throttle.hpp>
 
 #include <asio/awaitable.hpp>
 #include <asio/io_context.hpp>
@@ -35,28 +36,51 @@ namespace retry_storm {
 /// - `safe`: the recommended overload-safe policy, `full` plus a circuit breaker and a windowed
 ///   retry budget shared by the whole swarm (see `recommended_controls`);
 /// - `breaker`, `budget`: `full` plus only one of the two;
-/// - `adaptive`: `safe` plus an adaptive rate limiter.
+/// - `adaptive`: `safe` plus an adaptive rate limiter;
+/// - `wait`: `safe`, but a request the breaker refuses waits (no socket held) until the breaker
+///   lets it through, within a deadline of 60 s per request; the breaker ramps traffic up over
+///   1 s when it closes, and no retry budget (see `waiting_controls`); `wait-budget` keeps the
+///   budget;
+/// - `sre`: `full` plus the retry budget and, instead of the breaker, client-side adaptive
+///   throttling (the Google SRE book's form, K = 2 over 2 minutes).
 /// `time_scale` shrinks every delay (quick runs replay the experiment faster); 1 is the article's.
 std::optional<coretry::backoff> strategy_backoff(std::string_view name, double time_scale = 1.0);
 /// The names above, for usage messages.
 inline constexpr std::string_view strategy_names =
     "fixed, exponential, full, equal, decorrelated, normal, safe (recommended), breaker, budget, "
-    "adaptive";
+    "adaptive, wait, wait-budget, sre";
 
 /// The overload controls one strategy shares between all the clients of a swarm (all of them
 /// call one upstream). Empty for the backoff-only strategies.
 struct shared_controls {
-  std::shared_ptr<coretry::circuit_breaker> breaker;
+  std::shared_ptr<coretry::attempt_gate> breaker; ///< A circuit breaker or `sre`'s throttle.
   std::shared_ptr<coretry::ratio_budget> budget;
   std::shared_ptr<coretry::adaptive_rate_limiter> rate_limit;
+  /// What a request does when the breaker refuses it (`wait`: waits, within `deadline`).
+  coretry::on_open when_open = coretry::on_open::fail;
+  /// Per request (model time times the time scale); `coretry::unlimited` but for `wait`.
+  std::chrono::nanoseconds deadline = coretry::unlimited;
+  /// The breaker's state for the CSV, "-" when there is none (or it is a throttle).
+  std::string breaker_state() const;
 };
 
 /// The controls of the recommended policy (`safe`), at the article's time scale when
 /// `time_scale` is 1; README.md shows the same construction.
 shared_controls recommended_controls(double time_scale = 1.0);
 
+/// The waiting variant's settings, model seconds (`--ramp-s`, `--wait-interval-s`).
+struct waiting_options {
+  double ramp_s = 5;             ///< `circuit_breaker_options::ramp`
+  double retry_interval_s = 0.2; ///< `circuit_breaker_options::retry_interval`
+};
+
+/// The recommended breaker made to wait instead of failing (`wait`): a ramp, `on_open::wait`, a
+/// 60 s deadline per request, no budget.
+shared_controls waiting_controls(double time_scale = 1.0, waiting_options w = {});
+
 /// The controls of strategy `name`, fresh (one set per swarm).
-shared_controls strategy_controls(std::string_view name, double time_scale = 1.0);
+shared_controls strategy_controls(std::string_view name, double time_scale = 1.0,
+                                  waiting_options w = {});
 
 enum class transport_kind { curl, asio };
 
@@ -70,6 +94,7 @@ struct swarm_config {
   double time_scale = 1.0;
   std::uint64_t seed = 1;
   transport_kind transport = transport_kind::curl;
+  waiting_options waiting{};
 };
 
 /// Running totals; the driver samples them once a (model) second and takes differences.
@@ -84,6 +109,11 @@ struct swarm_counters {
   std::uint64_t circuit_open = 0;
   /// Requests given up because the budget refused a retry (`errc::budget_exhausted`).
   std::uint64_t budget_exhausted = 0;
+  /// Requests whose deadline (the `wait` strategy's 60 s) passed before one attempt succeeded.
+  std::uint64_t deadline_exceeded = 0;
+  /// Requests given up for any other reason (a gate's refusal, a Retry-After past the
+  /// deadline, ...).
+  std::uint64_t other_failed = 0;
   std::int64_t in_flight = 0; ///< Attempts in progress now.
   std::int64_t retrying = 0;  ///< Clients inside a retry operation now (in an attempt or asleep).
   std::int64_t alive = 0;     ///< Client loops still running.
@@ -92,17 +122,26 @@ struct swarm_counters {
 
   /// Clients sleeping in backoff (or waiting for a send token) between attempts.
   std::int64_t waiting() const { return retrying - in_flight; }
-  /// Requests that ended without success (the breaker or the budget said no).
-  std::uint64_t failed() const { return circuit_open + budget_exhausted; }
+  /// Requests that ended without success (the breaker, the budget or a gate said no, or the
+  /// deadline passed).
+  std::uint64_t failed() const {
+    return circuit_open + budget_exhausted + deadline_exceeded + other_failed;
+  }
 };
 
 /// The error of an attempt answered with a non-2xx HTTP status: the value is the status, the
 /// message "HTTP 404".
 const std::error_category& http_status_category() noexcept;
 
-/// One HTTP attempt: returns the status of the answer; throws `std::system_error` when there
-/// was none (connection refused, cancelled, ...).
-using transport_fn = std::function<asio::awaitable<long>()>;
+/// What one HTTP attempt got: the status and the `Retry-After` header in seconds (0 if none).
+struct http_answer {
+  long status = 0;
+  double retry_after_s = 0;
+};
+
+/// One HTTP attempt: returns the answer; throws `std::system_error` when there was none
+/// (connection refused, cancelled, ...).
+using transport_fn = std::function<asio::awaitable<http_answer>()>;
 
 /// Whether this build has coretry's curl adapter.
 bool have_curl_transport() noexcept;

@@ -9,7 +9,8 @@
 # retry_storm: `fixed` never recovers; the recommended policy (`safe`) recovers within 5 s of
 #   the thaw (model seconds), and its attempts per success over the outage and the watch after it
 #   are at most a fifth of `fixed`'s (a `fixed` run without a single success in that window counts
-#   as infinitely many).
+#   as infinitely many). When the run has the waiting variant (`wait`, a 60 s deadline per
+#   request): not one of its requests failed, and it recovered within 2 s of the thaw.
 # retry_storm_budget: while the server fails, `full` (no budget) sends at least twice as many
 #   attempts as requests; `budget` retries at most 10 % of the requests its 10 s window can hold
 #   (those of the failure and of the 10 s before it) plus its reserve of 1 a second over the
@@ -69,6 +70,19 @@ if(SAMPLE STREQUAL "retry_storm")
   math(EXPR rhs "${fixed_window_attempts} * ${safe_window_successes}")
   if(safe_window_successes EQUAL 0 OR lhs GREATER rhs)
     list(APPEND failures "the recommended policy's attempts per success are not far below fixed's")
+  endif()
+  if(lines MATCHES ",wait,")
+    csv_row(strategy wait wait)
+    message(STATUS "wait:  recovery ${wait_recovery_s}, failed requests ${wait_window_failed}, "
+                   "peak concurrency ${wait_peak_concurrency} (safe ${safe_peak_concurrency})")
+    if(NOT wait_window_failed EQUAL 0)
+      list(APPEND failures "the waiting variant failed ${wait_window_failed} requests (none may)")
+    endif()
+    if(wait_recovery_s STREQUAL "never")
+      list(APPEND failures "the waiting variant never recovered")
+    elseif(wait_recovery_s GREATER 2)
+      list(APPEND failures "the waiting variant took ${wait_recovery_s} s to recover (limit 2 s)")
+    endif()
   endif()
 elseif(SAMPLE STREQUAL "retry_storm_budget")
   csv_row(strategy full full)
