@@ -91,7 +91,9 @@ TEST_CASE("a Prometheus server scraping the exposer sees exactly what the operat
   manual_clock::reset();
   auto registry = std::make_shared<prometheus::Registry>();
   auto obs = std::make_shared<coretry::prometheus_observer>(registry);
-  prometheus::Exposer exposer("127.0.0.1:0");
+  // Never destroyed: stopping civetweb waits up to 2 s for its listener's poll to time out.
+  static auto& exposer =
+      *new prometheus::Exposer({"listening_ports", "127.0.0.1:0", "num_threads", "1"});
   exposer.RegisterCollectable(registry);
   REQUIRE(exposer.GetListeningPorts().size() == 1);
   const int port = exposer.GetListeningPorts()[0];
