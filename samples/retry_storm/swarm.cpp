@@ -315,6 +315,8 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       // circuit_open and budget_exhausted rather than the last attempt's error: the counts below
       // need to know why a request was given up.
       .report = coretry::final_error::policy_reason,
+      .observer = config_.observer,
+      .label = config_.url.substr(0, config_.url.find('/', config_.url.find("://") + 3)),
   };
 
   // Every failed attempt is counted here, where it fails: a retry operation's hook would miss the
@@ -331,7 +333,7 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
     }
   };
   unsigned sent = 0; // attempts of the current request
-  auto attempt = [this, &note_failure, &sent]() -> asio::awaitable<void> {
+  auto attempt = [this, &note_failure, &sent](coretry::attempt_context& ctx) -> asio::awaitable<void> {
     struct in_flight_guard {
       std::int64_t& n;
       explicit in_flight_guard(std::int64_t& c) : n(c) { ++n; }
@@ -348,6 +350,7 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       throw;
     }
     ++counters_.statuses[status];
+    ctx.http("GET", static_cast<int>(status)); // for the observer's HTTP metrics
     if (status < 200 || status > 299) {
       const std::error_code ec(static_cast<int>(status), http_status_category());
       note_failure(ec);
