@@ -36,12 +36,12 @@ observe_breaker(std::shared_ptr<retry_observer> observer, std::string label) {
 
 namespace detail {
 
-#define CORETRY_EMIT(event, member)                                                               \
-  void emit(retry_observer& o, const event& e) noexcept {                                         \
-    try {                                                                                         \
-      o.member(e);                                                                                \
-    } catch (...) { /* dropped: an observer does not change what it watches (observer.hpp) */     \
-    }                                                                                             \
+#define CORETRY_EMIT(event, member)                                                                \
+  void emit(retry_observer& o, const event& e) noexcept {                                          \
+    try {                                                                                          \
+      o.member(e);                                                                                 \
+    } catch (...) { /* dropped: an observer does not change what it watches (observer.hpp) */      \
+    }                                                                                              \
   }
 
 CORETRY_EMIT(operation_started_event, on_operation_started)

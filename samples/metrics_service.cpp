@@ -8,11 +8,11 @@
 #include <coretry/coretry.hpp>
 #include <coretry/prometheus.hpp>
 
+#include "support/cli.hpp"
+
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
-#include <prometheus/exposer.h>
-#include <prometheus/registry.h>
 
 #include <atomic>
 #include <chrono>
@@ -23,7 +23,8 @@
 #include <string>
 #include <system_error>
 
-#include "support/cli.hpp"
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
 
 using namespace std::chrono_literals;
 namespace cli = sample_support::cli;
@@ -72,8 +73,8 @@ int main(int argc, char** argv) {
   const coretry::shared_policy policy{{
       .max_attempts = 4,
       .attempt_timeout = 200ms,
-      .backoff = coretry::backoff::exponential(10ms, 2.0, 200ms)
-                     .with_jitter(coretry::jitter::full()),
+      .backoff =
+          coretry::backoff::exponential(10ms, 2.0, 200ms).with_jitter(coretry::jitter::full()),
       .budget = std::make_shared<coretry::ratio_budget>(),
       .breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
           .break_duration = 1s,

@@ -59,15 +59,15 @@ struct recorder : coretry::retry_observer {
         coretry::to_string(e.outcome) + " " + code(e.error));
   }
   void on_retry_scheduled(const coretry::retry_scheduled_event& e) override {
-    add("retry " + std::to_string(e.attempt) + " in " + ms(e.delay) + " hint " +
-        ms(e.server_hint) + " " + code(e.error));
+    add("retry " + std::to_string(e.attempt) + " in " + ms(e.delay) + " hint " + ms(e.server_hint) +
+        " " + code(e.error));
   }
   void on_refused(const coretry::refusal_event& e) override {
     add("refused " + std::to_string(e.attempt) + " " + code(e.reason));
   }
   void on_hedge_started(const coretry::hedge_started_event& e) override {
-    add("hedge " + std::to_string(e.attempt) + " in_flight " + std::to_string(e.in_flight) +
-        " " + code(e.trigger));
+    add("hedge " + std::to_string(e.attempt) + " in_flight " + std::to_string(e.in_flight) + " " +
+        code(e.trigger));
   }
   void on_hedge_abandoned(const coretry::hedge_abandoned_event& e) override {
     add("abandon " + std::to_string(e.attempt));
@@ -122,7 +122,8 @@ result run_async_retry(asio::io_context& io, scripted_op& op, const retry_policy
                        coretry::retry_stats& stats) {
   result r;
   coretry::async_retry<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, stats, [&](std::error_code ec, int v) {
+      io.get_executor(), [&] { return op(); }, p, stats,
+      [&](std::error_code ec, int v) {
         ++r.completions;
         r.error = ec;
         r.value = v;
@@ -143,8 +144,7 @@ TEST_CASE("retry_async emits the documented events in order, with durations and 
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<int> {
-        co_return co_await coretry::retry_async<manual_timer>([&] { return op(); },
-                                                              fixed(5, rec));
+        co_return co_await coretry::retry_async<manual_timer>([&] { return op(); }, fixed(5, rec));
       },
       [&](std::exception_ptr e, int v) {
         ++completions;
@@ -341,7 +341,8 @@ TEST_CASE("an observer that throws changes nothing: the operation completes once
     coretry::hedge_stats stats;
     coretry::async_hedge<manual_timer>(
         io.get_executor(), [&] { return op(); }, fixed(3, boom),
-        {.delay = 100ms, .max_in_flight = 3}, stats, [&](std::error_code ec, int v) {
+        {.delay = 100ms, .max_in_flight = 3}, stats,
+        [&](std::error_code ec, int v) {
           ++completions;
           CHECK_FALSE(ec);
           value = v;
@@ -400,17 +401,13 @@ TEST_CASE("one observer serves operations running on several threads at once") {
     std::atomic<int> started{0}, finished{0}, attempts{0}, attempts_done{0}, retries{0};
     void on_operation_started(const coretry::operation_started_event&) override { ++started; }
     void on_attempt_started(const coretry::attempt_started_event&) override { ++attempts; }
-    void on_attempt_finished(const coretry::attempt_finished_event&) override {
-      ++attempts_done;
-    }
+    void on_attempt_finished(const coretry::attempt_finished_event&) override { ++attempts_done; }
     void on_retry_scheduled(const coretry::retry_scheduled_event&) override { ++retries; }
     void on_operation_finished(const coretry::operation_finished_event&) override { ++finished; }
   };
   auto obs = std::make_shared<counting>();
-  const coretry::shared_policy policy{{.max_attempts = 3,
-                                       .backoff = coretry::backoff::fixed(1us),
-                                       .observer = obs,
-                                       .label = "mt"}};
+  const coretry::shared_policy policy{
+      {.max_attempts = 3, .backoff = coretry::backoff::fixed(1us), .observer = obs, .label = "mt"}};
   constexpr int ops = 400;
   asio::io_context io;
   std::atomic<int> calls{0}, completions{0};
@@ -418,14 +415,15 @@ TEST_CASE("one observer serves operations running on several threads at once") {
     // Operation i fails (i % 3) times, then succeeds.
     coretry::async_retry(
         asio::make_strand(io),
-        [&calls, i, n = std::make_shared<int>(0)]()
-            -> asio::awaitable<std::tuple<std::error_code, int>> {
+        [&calls, i,
+         n = std::make_shared<int>(0)]() -> asio::awaitable<std::tuple<std::error_code, int>> {
           ++calls;
           if ((*n)++ < i % 3)
             co_return std::tuple{refused, 0};
           co_return std::tuple{std::error_code{}, i};
         },
-        policy, [&](std::error_code ec, int) {
+        policy,
+        [&](std::error_code ec, int) {
           CHECK_FALSE(ec);
           ++completions;
         });

@@ -10,8 +10,6 @@
 #include <coretry/testing/manual_clock.hpp>
 
 #include <doctest/doctest.h>
-#include <prometheus/exposer.h>
-#include <prometheus/registry.h>
 #include <support/asio.hpp>
 #include <support/fake_gate.hpp>
 #include <support/test_ops.hpp>
@@ -26,6 +24,9 @@
 #include <string>
 #include <system_error>
 #include <tuple>
+
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
 
 using namespace std::chrono_literals;
 using namespace coretry::test;
@@ -181,10 +182,12 @@ TEST_CASE("a Prometheus server scraping the exposer sees exactly what the operat
   CHECK(at(R"(coretry_breaker_state{operation="b",state="open"})") == 1);
   CHECK(at(R"(coretry_breaker_state{operation="b",state="closed"})") == 0);
   // The OpenTelemetry HTTP metric, for the HTTP-like operation only.
-  CHECK(at(R"(http_client_request_duration_seconds_count{error_type="503",http_request_method="GET",http_response_status_code="503",server_address="127.0.0.1",server_port="8080",url_scheme="http"})") ==
-        1);
-  CHECK(at(R"(http_client_request_duration_seconds_count{error_type="",http_request_method="GET",http_response_status_code="200",server_address="127.0.0.1",server_port="8080",url_scheme="http"})") ==
-        1);
+  CHECK(
+      at(R"(http_client_request_duration_seconds_count{error_type="503",http_request_method="GET",http_response_status_code="503",server_address="127.0.0.1",server_port="8080",url_scheme="http"})") ==
+      1);
+  CHECK(
+      at(R"(http_client_request_duration_seconds_count{error_type="",http_request_method="GET",http_response_status_code="200",server_address="127.0.0.1",server_port="8080",url_scheme="http"})") ==
+      1);
   CHECK(at(R"(coretry_server_hints_total{operation="http://127.0.0.1:8080"})") == 1);
   CHECK(at(R"(coretry_resend_count_sum{operation="http://127.0.0.1:8080"})") == 1);
   for (const auto& sample : m) {

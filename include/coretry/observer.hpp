@@ -104,10 +104,10 @@ struct attempt_finished_event {
 /// A failed attempt will be retried after `delay` (the sleep starts now).
 struct retry_scheduled_event {
   std::string_view label;
-  unsigned attempt = 0;         ///< the attempt that failed
-  std::error_code error{};      ///< its error
-  nanoseconds delay{0};         ///< the sleep chosen: `max(backoff delay, server_hint)`
-  nanoseconds server_hint{0};   ///< what the attempt asked for (`Retry-After`), or 0
+  unsigned attempt = 0;       ///< the attempt that failed
+  std::error_code error{};    ///< its error
+  nanoseconds delay{0};       ///< the sleep chosen: `max(backoff delay, server_hint)`
+  nanoseconds server_hint{0}; ///< what the attempt asked for (`Retry-After`), or 0
 };
 
 /// An overload control refused: the breaker or the sending rate refused an attempt (nothing
@@ -123,8 +123,8 @@ struct refusal_event {
 /// A hedged operation starts another attempt beside the running ones.
 struct hedge_started_event {
   std::string_view label;
-  unsigned attempt = 0;     ///< the attempt starting now, from 2
-  unsigned in_flight = 0;   ///< attempts running, this one included
+  unsigned attempt = 0;      ///< the attempt starting now, from 2
+  unsigned in_flight = 0;    ///< attempts running, this one included
   std::error_code trigger{}; ///< as `hedge_event::trigger`: empty when the hedge delay passed
 };
 

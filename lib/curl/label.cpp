@@ -13,7 +13,8 @@ namespace coretry::curl::detail {
 // query left out.
 std::string endpoint_label(const std::string& url) {
   const std::unique_ptr<CURLU, void (*)(CURLU*)> u(curl_url(), &curl_url_cleanup);
-  if (!u || curl_url_set(u.get(), CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK)
+  if (!u ||
+      curl_url_set(u.get(), CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK)
     return url;
   auto part = [&](CURLUPart what, unsigned flags) {
     char* p = nullptr;

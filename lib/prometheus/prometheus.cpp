@@ -2,18 +2,18 @@
 #include <coretry/error.hpp>
 #include <coretry/prometheus.hpp>
 
-#include <prometheus/counter.h>
-#include <prometheus/family.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
-#include <prometheus/registry.h>
-
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 namespace coretry {
 namespace {
@@ -219,7 +219,8 @@ void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
   const std::string op(e.label);
   const char* outcome = to_string(e.outcome);
   impl_->attempts.Add({{"operation", op}, {"outcome", outcome}}).Increment();
-  impl_->attempt_duration.Add({{"operation", op}, {"outcome", outcome}}, impl_->options.duration_buckets)
+  impl_->attempt_duration
+      .Add({{"operation", op}, {"outcome", outcome}}, impl_->options.duration_buckets)
       .Observe(seconds(e.duration));
   if (e.http_method.empty())
     return;
@@ -244,7 +245,7 @@ void prometheus_observer::on_retry_scheduled(const retry_scheduled_event& e) {
 }
 
 void prometheus_observer::on_refused(const refusal_event& e) {
-  const char* by = e.reason == errc::circuit_open ? "breaker"
+  const char* by = e.reason == errc::circuit_open   ? "breaker"
                    : e.reason == errc::rate_limited ? "rate"
                                                     : "budget";
   impl_->refusals.Add({{"operation", std::string(e.label)}, {"by", by}}).Increment();
@@ -273,8 +274,7 @@ void prometheus_observer::on_operation_finished(const operation_finished_event& 
 
 void prometheus_observer::on_breaker_transition(const breaker_transition_event& e) {
   const std::string op(e.label);
-  impl_->transitions
-      .Add({{"operation", op}, {"from", to_string(e.from)}, {"to", to_string(e.to)}})
+  impl_->transitions.Add({{"operation", op}, {"from", to_string(e.from)}, {"to", to_string(e.to)}})
       .Increment();
   for (const breaker_state s :
        {breaker_state::closed, breaker_state::open, breaker_state::half_open})

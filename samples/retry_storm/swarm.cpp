@@ -333,7 +333,8 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
     }
   };
   unsigned sent = 0; // attempts of the current request
-  auto attempt = [this, &note_failure, &sent](coretry::attempt_context& ctx) -> asio::awaitable<void> {
+  auto attempt = [this, &note_failure,
+                  &sent](coretry::attempt_context& ctx) -> asio::awaitable<void> {
     struct in_flight_guard {
       std::int64_t& n;
       explicit in_flight_guard(std::int64_t& c) : n(c) { ++n; }

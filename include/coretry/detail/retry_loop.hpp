@@ -353,8 +353,8 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
       }
       if (policy.observer) {
         if (!v.stop)
-          emit(*policy.observer, retry_scheduled_event{policy.label, sched.attempts(),
-                                                       result.error, v.delay, ctx.retry_after()});
+          emit(*policy.observer, retry_scheduled_event{policy.label, sched.attempts(), result.error,
+                                                       v.delay, ctx.retry_after()});
         else if (v.stop == errc::budget_exhausted)
           emit(*policy.observer, refusal_event{policy.label, v.stop, sched.attempts() + 1});
       }
