@@ -25,6 +25,9 @@
 /// has returned), and `refused`. Every `attempt_started` has exactly one `attempt_finished`, and
 /// all of them come before `operation_finished`.
 ///
+/// An operation destroyed uncompleted with its execution context (its handler destroyed
+/// uncalled) sends no `operation_finished`, as it calls no handler.
+///
 /// Breaker transitions come from the breaker, not from an operation: `observe_breaker` turns an
 /// observer into a breaker's `on_transition`.
 ///
