@@ -44,9 +44,9 @@ public:
 
 private:
   unsigned number_;
+  int status_ = 0; // beside `number_`, in what would be padding: the context lives in the frame
   std::chrono::nanoseconds hint_{0};
   std::string_view method_{};
-  int status_ = 0;
 };
 
 } // namespace coretry
