@@ -300,7 +300,7 @@ TEST_CASE("a hedge emits started, abandoned and finished for every attempt") {
   drive(io, [] { return false; });
   CHECK(completions == 1);
   CHECK(value == 2);
-  const std::string aborted = make_error_code(asio::error::operation_aborted).message();
+  const std::string aborted = coretry::test::operation_aborted.message();
   CHECK(rec->lines == std::vector<std::string>{
                           "0ms h start hedge",
                           "0ms attempt 1",
