@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   };
 
   asio::steady_timer tick(io);
+  bool stopping = false; // a tick already due when the timer is cancelled still runs
   const auto period = std::chrono::nanoseconds(static_cast<long long>(1e9 / rate));
   std::function<void()> next = [&] {
     ++started;
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
     });
     tick.expires_after(period);
     tick.async_wait([&](std::error_code ec) {
-      if (!ec)
+      if (!ec && !stopping)
         next();
     });
   };
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
   asio::signal_set signals(io, SIGINT, SIGTERM);
   asio::steady_timer stop(io);
   auto shut = [&] {
+    stopping = true;
     tick.cancel();
     signals.cancel();
     stop.cancel();
