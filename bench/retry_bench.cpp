@@ -12,6 +12,9 @@
 //   timeout_ns     coretry_timeout, coretry_timeout_shared
 //                                              vs or_timer (`op() || timer.async_wait()`)
 //   jitter_ns      coretry_full                vs mt19937_64 (+ uniform_real_distribution)
+//   success_ns     coretry_observed (shared_policy with an observer that does nothing),
+//                  coretry_counted (one that counts every event)
+//                                              vs coretry_shared (no observer set)
 #include <coretry/coretry.hpp>
 
 #include <asio/co_spawn.hpp>
@@ -22,6 +25,7 @@
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -67,6 +71,22 @@ const coretry::retry_policy plain_policy{};
 const coretry::retry_policy timeout_policy{.attempt_timeout = 10s};
 const coretry::shared_policy shared_plain_policy{{}};
 const coretry::shared_policy shared_timeout_policy{{.attempt_timeout = 10s}};
+
+// An observer overriding nothing: what the events cost when their receiver returns at once.
+const coretry::shared_policy observed_policy{
+    {.observer = std::make_shared<coretry::retry_observer>(), .label = "bench"}};
+
+// One that counts every event, as a metrics exporter's cheapest counter would.
+struct counting_observer final : coretry::retry_observer {
+  std::atomic<long> events{0};
+  void on_operation_started(const coretry::operation_started_event&) override { count(); }
+  void on_attempt_started(const coretry::attempt_started_event&) override { count(); }
+  void on_attempt_finished(const coretry::attempt_finished_event&) override { count(); }
+  void on_operation_finished(const coretry::operation_finished_event&) override { count(); }
+  void count() noexcept { events.fetch_add(1, std::memory_order_relaxed); }
+};
+const coretry::shared_policy counted_policy{
+    {.observer = std::make_shared<counting_observer>(), .label = "bench"}};
 
 // What a careful programmer writes by hand: try the operation; on an error, back off on a timer
 // made only when first needed. Its success path is one call and a zero-cost try block.
@@ -149,6 +169,14 @@ int main(int argc, char** argv) try {
     put("success_ns", "coretry_shared", [&] {
       return time_awaits(calls,
                          [] { return coretry::retry_async(one_round_trip, shared_plain_policy); });
+    });
+    put("success_ns", "coretry_observed", [&] {
+      return time_awaits(calls,
+                         [] { return coretry::retry_async(one_round_trip, observed_policy); });
+    });
+    put("success_ns", "coretry_counted", [&] {
+      return time_awaits(calls,
+                         [] { return coretry::retry_async(one_round_trip, counted_policy); });
     });
     put("timeout_ns", "or_timer", [&] { return time_awaits(timed_calls, or_timer); });
     put("timeout_ns", "coretry_timeout", [&] {

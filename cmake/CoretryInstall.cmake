@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSL-1.0
 # Install rules, the CMake config package and the pkg-config files.
-#  - find_package(coretry CONFIG [COMPONENTS curl]) gives coretry::coretry and, when it was
-#    built, coretry::curl (component "curl");
+#  - find_package(coretry CONFIG [COMPONENTS curl prometheus]) gives coretry::coretry and, when
+#    they were built, coretry::curl (component "curl") and coretry::prometheus ("prometheus");
 #  - pkg-config coretry / coretry-curl give the same compile and link lines.
 # Included when CORETRY_INSTALL is ON, as a subproject too: a parent project that installs and
 # exports its own targets linking coretry::coretry needs coretry's targets in an export set.
@@ -12,6 +12,9 @@ set(CORETRY_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/coretry")
 set(_coretry_targets coretry)
 if(CORETRY_BUILD_CURL)
   list(APPEND _coretry_targets coretry_curl)
+endif()
+if(CORETRY_WITH_PROMETHEUS)
+  list(APPEND _coretry_targets coretry_prometheus)
 endif()
 
 install(TARGETS ${_coretry_targets} EXPORT coretry-targets
@@ -61,6 +64,12 @@ else()
 endif()
 configure_file(cmake/coretry.pc.in "${PROJECT_BINARY_DIR}/pkgconfig/coretry.pc" @ONLY)
 install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/coretry.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(CORETRY_WITH_PROMETHEUS)
+  configure_file(cmake/coretry-prometheus.pc.in "${PROJECT_BINARY_DIR}/pkgconfig/coretry-prometheus.pc"
+    @ONLY)
+  install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/coretry-prometheus.pc"
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 if(CORETRY_BUILD_CURL)
   configure_file(cmake/coretry-curl.pc.in "${PROJECT_BINARY_DIR}/pkgconfig/coretry-curl.pc" @ONLY)
   install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/coretry-curl.pc"

@@ -4,6 +4,7 @@
 /// `attempt_context`: what an attempt may learn from, and tell, the retry loop.
 
 #include <chrono>
+#include <string_view>
 
 namespace coretry {
 
@@ -29,9 +30,23 @@ public:
   /// The hint given so far (zero if none).
   std::chrono::nanoseconds retry_after() const noexcept { return hint_; }
 
+  /// Tells observers (`retry_observer::on_attempt_finished`) this attempt's HTTP request method
+  /// and response status (0: no response). `method` must stay valid until the attempt has
+  /// returned. `coretry::curl` calls it; nothing else reads it.
+  void http(std::string_view method, int status) noexcept {
+    method_ = method;
+    status_ = status;
+  }
+  /// The method given to `http`, or empty.
+  std::string_view http_method() const noexcept { return method_; }
+  /// The status given to `http`, or 0.
+  int http_status() const noexcept { return status_; }
+
 private:
   unsigned number_;
+  int status_ = 0; // beside `number_`, in what would be padding: the context lives in the frame
   std::chrono::nanoseconds hint_{0};
+  std::string_view method_{};
 };
 
 } // namespace coretry

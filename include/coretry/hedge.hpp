@@ -18,7 +18,8 @@
 /// operation: at the deadline every attempt is cancelled and it fails with
 /// `errc::deadline_exceeded`), `attempt_timeout` (per attempt: a timed-out attempt is a
 /// retryable failure, `errc::attempt_timeout`), `retry_if` and `retry_if_result` (which failures
-/// are non-fatal), `budget`, `breaker`, `rate_limit`, `throttle_if`, `cancellation`, `report`.
+/// are non-fatal), `budget`, `breaker`, `rate_limit`, `throttle_if`, `cancellation`, `report`,
+/// `observer` and `label` (the events of a hedge: observer.hpp).
 /// Not used: `backoff`, `seed`, `on_retry` (see `hedge_options::on_hedge`) and server hints
 /// (`attempt_context::retry_after`), since no attempt waits on another.
 ///

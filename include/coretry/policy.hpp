@@ -8,6 +8,7 @@
 #include <coretry/cancellation.hpp>
 #include <coretry/error.hpp>
 #include <coretry/export.hpp>
+#include <coretry/observer.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/random.hpp>
 
@@ -17,6 +18,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <typeinfo>
@@ -213,6 +215,15 @@ struct CORETRY_API retry_policy {
   final_error report = final_error::last_error;
   /// Set by `retry_if_result`.
   std::shared_ptr<const detail::result_predicate> result_filter{};
+  /// Receives every event of the operations run with this policy (observer.hpp); none by
+  /// default, which costs a null check per event. One object for all of them, called
+  /// concurrently from the threads that run them.
+  std::shared_ptr<retry_observer> observer{};
+  /// Names the operations in the observer's events: the endpoint or the call (an HTTP
+  /// `scheme://host:port`, "billing.charge", ...). Empty by default; `coretry::curl` sets it to
+  /// the request's `scheme://host:port` when an observer is set and the label is empty. Keep the
+  /// set of labels small: a metrics exporter makes one series per label.
+  std::string label{};
 
   /// Throws `std::invalid_argument` when a field is out of range (`max_attempts` of 0, a
   /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`).

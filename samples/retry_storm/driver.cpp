@@ -42,6 +42,13 @@
 #include <vector>
 
 #include "swarm.hpp"
+
+#ifdef CORETRY_STORM_HAVE_PROMETHEUS
+#include <coretry/prometheus.hpp>
+
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+#endif
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -219,6 +226,7 @@ struct options {
   double time_scale = 1.0;
   bool quick = false;
   bool plot = true;
+  int metrics_port = -1; ///< --metrics-port; -1: none
 };
 
 void usage(std::FILE* out) {
@@ -254,7 +262,9 @@ void usage(std::FILE* out) {
       "  --wait-interval-s S   wait: how often a refused waiter asks again, default 0.2\n"
       "  --processes N         a fleet: N client processes of --clients each, sharing nothing\n"
       "  --url URL             (swarm) the server\n"
-      "  --no-plot             write the CSVs only\n",
+      "  --no-plot             write the CSVs only\n"
+      "  --metrics-port N      serve the swarm's Prometheus metrics on 127.0.0.1:N/metrics\n"
+      "                        (0: any free port, printed; needs coretry::prometheus)\n",
       static_cast<int>(strategy_names.size()), strategy_names.data());
 }
 
@@ -296,7 +306,8 @@ options parse(int argc, char** argv, int first, mode what) {
               {"brownout-factor", true},
               {"ramp-s", true},
               {"wait-interval-s", true},
-              {"transport", true}},
+              {"transport", true},
+              {"metrics-port", true}},
              usage, [&](std::string_view a, const std::string& v) { given.emplace_back(a, v); });
   // --quick first, so that explicit flags given with it still win.
   for (const auto& [a, v] : given)
@@ -374,6 +385,8 @@ options parse(int argc, char** argv, int first, mode what) {
       o.brownout_factor = cli::number(a, v, 1);
     else if (a == "processes")
       o.processes = static_cast<unsigned>(cli::whole(a, v, 1, 64));
+    else if (a == "metrics-port")
+      o.metrics_port = static_cast<int>(cli::whole(a, v, 0, 65535));
     else if (a == "transport") {
       if (v == "curl")
         o.swarm.transport = transport_kind::curl;
@@ -1202,6 +1215,24 @@ int run_swarm_only(const options& o) {
   return 0;
 }
 
+/// With --metrics-port: a Prometheus observer on every client's policy, served on /metrics.
+std::shared_ptr<void> serve_metrics(options& o) {
+  if (o.metrics_port < 0)
+    return nullptr;
+#ifdef CORETRY_STORM_HAVE_PROMETHEUS
+  auto registry = std::make_shared<prometheus::Registry>();
+  o.swarm.observer = std::make_shared<coretry::prometheus_observer>(registry);
+  auto exposer =
+      std::make_shared<prometheus::Exposer>("127.0.0.1:" + std::to_string(o.metrics_port));
+  exposer->RegisterCollectable(registry);
+  std::printf("metrics on http://127.0.0.1:%d/metrics\n", exposer->GetListeningPorts().at(0));
+  std::fflush(stdout);
+  return exposer;
+#else
+  cli::fail("--metrics-port: built without coretry::prometheus (prometheus-cpp-dev)");
+#endif
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -1216,7 +1247,8 @@ int main(int argc, char** argv) {
     if (sub == "swarm" || sub == "budget" || sub == "run")
       first = 2;
   }
-  const options o = parse(argc, argv, first, what);
+  options o = parse(argc, argv, first, what);
+  const auto metrics = serve_metrics(o);
   sample_support::raise_fd_limit();
   signal(SIGINT, on_fatal_signal);
   signal(SIGTERM, on_fatal_signal);

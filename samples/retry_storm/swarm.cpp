@@ -379,6 +379,8 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       // circuit_open and budget_exhausted rather than the last attempt's error: the counts below
       // need to know why a request was given up.
       .report = coretry::final_error::policy_reason,
+      .observer = config_.observer,
+      .label = config_.url.substr(0, config_.url.find('/', config_.url.find("://") + 3)),
   };
 
   // Every failed attempt is counted here, where it fails: a retry operation's hook would miss the
@@ -418,6 +420,7 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       context.retry_after(std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(answer.retry_after_s * config_.time_scale)));
     ++counters_.statuses[status];
+    context.http("GET", static_cast<int>(status)); // for the observer's HTTP metrics
     if (status < 200 || status > 299) {
       const std::error_code ec(static_cast<int>(status), http_status_category());
       note_failure(ec);

@@ -95,6 +95,9 @@ struct swarm_config {
   std::uint64_t seed = 1;
   transport_kind transport = transport_kind::curl;
   waiting_options waiting{};
+  /// Set on every client's policy (`--metrics-port`); the operations are labelled with the
+  /// URL's `scheme://host:port`.
+  std::shared_ptr<coretry::retry_observer> observer{};
 };
 
 /// Running totals; the driver samples them once a (model) second and takes differences.

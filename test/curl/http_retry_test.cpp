@@ -665,3 +665,40 @@ TEST_CASE("retry honours the policy's retry_if_result in place of the status cla
         std::invalid_argument);
   }
 }
+
+TEST_CASE("an observer sees each HTTP attempt's method and status, labelled scheme://host:port") {
+  struct recorder : coretry::retry_observer {
+    std::vector<std::string> lines;
+    void on_attempt_finished(const coretry::attempt_finished_event& e) override {
+      lines.push_back(std::string(e.label) + " " + std::string(e.http_method) + " " +
+                      std::to_string(e.http_status) + " " + coretry::to_string(e.outcome));
+    }
+    void on_retry_scheduled(const coretry::retry_scheduled_event& e) override {
+      lines.push_back("retry " + std::to_string(e.attempt) + " hint " +
+                      std::to_string(e.server_hint.count() / 1'000'000'000));
+    }
+    void on_operation_finished(const coretry::operation_finished_event& e) override {
+      lines.push_back("end " + std::to_string(e.attempts) + " " + (e.error ? "error" : "ok"));
+    }
+  };
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  auto a = http_action::with_status(503);
+  a.headers.emplace_back("Retry-After", "0");
+  server.push(a);
+  server.push(http_action::ok("yes"));
+  client c(io.get_executor());
+  auto rec = std::make_shared<recorder>();
+  auto policy = fast_policy(3);
+  policy.observer = rec;
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, get(server.url()), policy);
+  }());
+  CHECK(r.status == 200);
+  // server.url() is http://127.0.0.1:<port>/...: the label is its scheme, host and port.
+  const std::string url = server.url();
+  const std::string label = url.substr(0, url.find('/', std::string("http://").size()));
+  CHECK(rec->lines == std::vector<std::string>{label + " GET 503 failure", "retry 1 hint 0",
+                                               label + " GET 200 success", "end 2 ok"});
+}

@@ -78,6 +78,7 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
         auto [ec, r] = co_await async_perform_on(std::move(impl), st->executor, std::move(req),
                                                  coretry::detail::as_tuple(asio::use_awaitable));
         st->last_error = ec;
+        ctx.http(st->req.method, ec ? 0 : static_cast<int>(r.status));
         if (ec) {
           st->last_detail = std::move(r.error_detail);
           co_return std::tuple{std::error_code(ec), response{}};
@@ -95,10 +96,15 @@ struct retryable_response {
   bool operator()(const response& r) const noexcept { return is_retryable_status(r.status); }
 };
 
+// `scheme://host:port` of `url` (the port made explicit); `url` itself if libcurl cannot parse it.
+CORETRY_CURL_API std::string endpoint_label(const std::string& url);
+
 inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
                                               const std::shared_ptr<http_retry_state>& st) {
   if (!may_retry(st->req))
     p.max_attempts = 1;
+  if (p.observer && p.label.empty())
+    p.label = endpoint_label(st->req.url);
   if (!p.retry_if)
     p.retry_if = [](const std::error_code& ec) { return is_retryable(ec); };
   // A sending rate slows down on 429 and 503 and on timeouts, transport ones included.
@@ -183,6 +189,9 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 ///   once with the last response (`retry_stats::reason` says `errc::retry_after_too_long` or
 ///   `errc::retry_after_past_deadline`).
 /// - When the attempts run out on a retryable status, the last response is returned.
+/// - With an observer (`policy.observer`), each attempt's event carries the request's method and
+///   the response's status, and the operation is labelled `scheme://host:port` (the port made
+///   explicit) unless `policy.label` is set.
 /// - `policy.on_retry` sees each retry: its `error` is the transport error, or for a retryable
 ///   status `make_http_status_error(status)` (category `http_status_category()`).
 ///

@@ -23,6 +23,7 @@
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
+#include <coretry/observer.hpp>
 #include <coretry/policy.hpp>
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <system_error>
 #include <tuple>
 #include <type_traits>
@@ -57,6 +59,8 @@ template <class T> struct hedge_outcome {
   std::error_code error;
   std::optional<stored_t<T>> value;
   std::exception_ptr exception;
+  int http_status = 0; ///< what the attempt told its context, for the observer
+  std::string_view http_method{};
 };
 
 /// `to = std::move(from)` for a value that may be move-constructible only.
@@ -90,6 +94,7 @@ public:
     gate_grant grant;                ///< reports `on_abandoned` if the state dies first
     std::optional<timer_type> timer; ///< its attempt timeout
     std::uint64_t use = 0;           ///< which attempt holds it: a late timer wait checks it
+    nanoseconds started{0};          ///< when the attempt started (with an observer)
     unsigned number = 0;
     hedge_cut cut = hedge_cut::none;
     bool running = false;
@@ -128,6 +133,8 @@ public:
     start_ = origin_.start;
     sched_.emplace(policy_, std::move(origin_), &clock_now<clock>);
     started_ = true;
+    if (policy_.observer)
+      emit(*policy_.observer, operation_started_event{policy_.label, operation_kind::hedge});
     if (cancel_requested_ ||
         (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this))) {
       finish_abort();
@@ -179,6 +186,12 @@ public:
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
+    if (policy_.observer)
+      emit(*policy_.observer,
+           attempt_finished_event{
+               policy_.label, sl.number, now - sl.started,
+               out.exception ? std::error_code(errc::unexpected_exception) : out.error,
+               static_cast<attempt_outcome>(verdict_of.kind), out.http_status, out.http_method});
     if (abandoned) {
       if (stats_)
         ++stats_->abandoned;
@@ -259,6 +272,8 @@ private:
       if (policy_.rate_limit && !token_) {
         const verdict v = sched_->pace(now, token_);
         if (v.stop) {
+          if (policy_.observer && v.stop == errc::rate_limited)
+            emit(*policy_.observer, refusal_event{policy_.label, v.stop, launched_ + 1});
           stop_launching(static_cast<errc>(v.stop.value()));
           return;
         }
@@ -294,6 +309,9 @@ private:
     if (launched_ > 0 && policy_.budget) {
       if (!policy_.budget->try_retry(now)) {
         token_.returned();
+        if (policy_.observer)
+          emit(*policy_.observer,
+               refusal_event{policy_.label, errc::budget_exhausted, launched_ + 1});
         stop_launching(errc::budget_exhausted);
         return false;
       }
@@ -313,6 +331,8 @@ private:
         arm_hedge_timer(v.delay);
         return false;
       }
+      if (policy_.observer && (why == errc::circuit_open || why == errc::throttled_locally))
+        emit(*policy_.observer, refusal_event{policy_.label, why, launched_ + 1});
       stop_launching(static_cast<errc>(why.value()));
       return false;
     }
@@ -341,6 +361,12 @@ private:
     }
     token_.used();
     charge.used();
+    if (policy_.observer) {
+      sl.started = now;
+      if (launched_ > 1)
+        emit(*policy_.observer, hedge_started_event{policy_.label, launched_, in_flight_, trigger});
+      emit(*policy_.observer, attempt_started_event{policy_.label, launched_});
+    }
     if (policy_.attempt_timeout != unlimited) {
       if (!sl.timer)
         sl.timer.emplace(strand_);
@@ -394,6 +420,8 @@ private:
     } catch (...) {
       out.exception = std::current_exception();
     }
+    out.http_status = ctx.http_status();
+    out.http_method = ctx.http_method();
     // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
     // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
     co_await asio::this_coro::throw_if_cancelled(false);
@@ -454,6 +482,7 @@ private:
   /// What the operation reports (`report`) and why it stopped (`hedge_stats::reason`).
   void fail(std::error_code reason, std::error_code report) {
     result_.error = report;
+    result_.reason = reason;
     if (stats_)
       stats_->reason = reason;
   }
@@ -491,8 +520,11 @@ private:
     for (auto& sl : slots_)
       if (sl->running && sl->cut == hedge_cut::none)
         running.push_back(sl.get());
-    for (slot* sl : running)
+    for (slot* sl : running) {
       sl->cut = why;
+      if (policy_.observer && why == hedge_cut::lost)
+        emit(*policy_.observer, hedge_abandoned_event{policy_.label, sl->number});
+    }
     for (slot* sl : running)
       if (sl->running)
         sl->signal->emit(asio::cancellation_type::terminal);
@@ -517,6 +549,11 @@ private:
     policy_.cancellation.detach(*this);
     if (stats_)
       stats_->elapsed = read_clock<clock>(true) - start_;
+    if (policy_.observer)
+      emit(*policy_.observer,
+           operation_finished_event{policy_.label, operation_kind::hedge, launched_,
+                                    read_clock<clock>(true) - start_, nanoseconds{0},
+                                    result_.reason, result_.error});
     auto user_slot = asio::get_associated_cancellation_slot(*handler_);
     if (user_slot.is_connected())
       user_slot.clear();

@@ -13,6 +13,7 @@
 #include <coretry/detail/reservation.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
+#include <coretry/observer.hpp>
 #include <coretry/policy.hpp>
 
 #include <cstddef>
@@ -27,6 +28,12 @@
 #include <utility>
 
 namespace coretry::detail {
+
+// The observer's outcome is the loop's verdict, value for value.
+static_assert(static_cast<int>(attempt_kind::neutral) ==
+                  static_cast<int>(attempt_outcome::not_retried) &&
+              static_cast<int>(attempt_kind::abandoned) ==
+                  static_cast<int>(attempt_outcome::abandoned));
 
 // --- What an operation returns ---------------------------------------------------------------
 
@@ -80,6 +87,7 @@ template <class T> struct loop_result {
   std::error_code error;
   std::optional<stored_t<T>> value;
   std::exception_ptr exception;
+  std::error_code reason; ///< why the loop stopped (`retry_stats::reason`), for the observer
 };
 
 /// Refuses, at the call, a result predicate written for another type than the operation's.
@@ -100,7 +108,7 @@ inline bool needs_control(const retry_policy& p, bool caller_slot) noexcept {
 /// Whether the loop reads the clock at all: a call that succeeds at once should cost little
 /// more than awaiting the operation.
 inline bool needs_clock(const retry_policy& p, bool stats) noexcept {
-  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit;
+  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit || p.observer;
 }
 
 // --- The loop --------------------------------------------------------------------------------
@@ -112,6 +120,7 @@ template <class T> struct loop_exit {
   static void fail(loop_result<T>& r, retry_stats* s, std::error_code reason,
                    std::error_code report) {
     r.error = report;
+    r.reason = reason;
     if (report)
       r.value.reset(); // else: gave up on a rejected result, which is returned
     if (s)
@@ -182,12 +191,15 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
   send_token token;    // from `rate_limit`, for the next attempt
   retry_charge charge; // the retry the budget granted, until it is sent
   gate_grant grant;    // the breaker's grant, until the attempt's outcome is reported
+  nanoseconds slept{0};
 
   bool armed = true;
   if constexpr (controlled)
     armed = control->arm(); // from here on, a cancellation emits into this coroutine
   if (policy.budget)
     policy.budget->on_request(start);
+  if (policy.observer)
+    emit(*policy.observer, operation_started_event{policy.label, operation_kind::retry});
 
   // The plain paths read the awaiting coroutine's cancellation; the controlled one is told
   // (`control->cancelled`), and spends no frame room on this.
@@ -216,6 +228,8 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
     if (policy.rate_limit && !token) {
       v = sched.pace(attempt_start, token);
       if (v.stop) {
+        if (policy.observer && v.stop == errc::rate_limited)
+          emit(*policy.observer, refusal_event{policy.label, v.stop, sched.attempts() + 1});
         exit::fail(result, stats, v.stop, v.report);
         break;
       }
@@ -226,6 +240,8 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
         token.returned();
         v = sched.refused(static_cast<errc>(why.value()), attempt_start, last_error);
         if (v.stop) {
+          if (policy.observer && (why == errc::circuit_open || why == errc::throttled_locally))
+            emit(*policy.observer, refusal_event{policy.label, why, sched.attempts() + 1});
           exit::fail(result, stats, v.stop, v.report);
           break;
         }
@@ -238,6 +254,8 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
         stats->attempts = sched.attempts();
       attempt_context ctx(sched.attempts());
       result.value.reset();
+      if (policy.observer)
+        emit(*policy.observer, attempt_started_event{policy.label, sched.attempts()});
 
       bool by_deadline = false;
       if constexpr (controlled)
@@ -304,6 +322,13 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
         result.exception = std::move(thrown);
       if (policy.breaker || policy.rate_limit || policy.budget)
         sched.report(verdict_of, grant, read_clock<clock>(clocked));
+      if (policy.observer)
+        emit(*policy.observer,
+             attempt_finished_event{
+                 policy.label, sched.attempts(), read_clock<clock>(clocked) - attempt_start,
+                 result.exception ? std::error_code(errc::unexpected_exception) : result.error,
+                 static_cast<attempt_outcome>(verdict_of.kind), ctx.http_status(),
+                 ctx.http_method()});
       if (result.exception) {
         exit::thrown(result, stats, std::move(result.exception));
         break;
@@ -331,12 +356,20 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
         exit::thrown(result, stats, std::current_exception());
         break;
       }
+      if (policy.observer) {
+        if (!v.stop)
+          emit(*policy.observer, retry_scheduled_event{policy.label, sched.attempts(), result.error,
+                                                       v.delay, ctx.retry_after()});
+        else if (v.stop == errc::budget_exhausted)
+          emit(*policy.observer, refusal_event{policy.label, v.stop, sched.attempts() + 1});
+      }
       if (v.stop) {
         exit::fail(result, stats, v.stop, v.report);
         break;
       }
     }
 
+    slept += v.delay;
     if (stats)
       stats->slept += v.delay;
     try {
@@ -387,6 +420,11 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
   }
   if (stats)
     stats->elapsed = read_clock<clock>(clocked) - start;
+  if (policy.observer)
+    emit(*policy.observer,
+         operation_finished_event{policy.label, operation_kind::retry, sched.attempts(),
+                                  read_clock<clock>(clocked) - start, slept, result.reason,
+                                  result.error});
 
   if constexpr (Throwing) {
     if (result.exception)

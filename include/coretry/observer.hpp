@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// \file
+/// `retry_observer`: one interface for everything a retry or a hedge does, for metrics, logs
+/// and traces. Set one on a policy (`retry_policy::observer`); coretry::prometheus implements it.
+///
+/// **Events of one operation, in order** (`retry_async`, `async_retry`, `coretry::curl::retry`):
+///
+///     operation_started
+///     ( refused                                      the breaker or the rate refused: last
+///     | attempt_started attempt_finished
+///       [ retry_scheduled | refused ] )*             a retry, or the budget refused it
+///     operation_finished                             always, exactly once, last
+///
+/// `retry_scheduled` comes after the failed attempt's `attempt_finished` (and after `on_retry`)
+/// and before the sleep; the next `attempt_started` after the sleep. An operation that ends
+/// without a retry (success, a non-retryable error, attempts or deadline exhausted, cancelled)
+/// goes from `attempt_finished` straight to `operation_finished`.
+///
+/// Hedged operations (`hedge_async`, `async_hedge`, `coretry::curl::hedge`): `operation_started`
+/// first and `operation_finished` last; in between, attempts overlap: `hedge_started` (every
+/// attempt after the first, just before its `attempt_started`), `hedge_abandoned` (an attempt
+/// still running is cancelled because the operation ended otherwise: another won, one failed
+/// for good, the caller cancelled, or the deadline passed; its `attempt_finished` follows when it
+/// has returned), and `refused`. Every `attempt_started` has exactly one `attempt_finished`, and
+/// all of them come before `operation_finished`.
+///
+/// An operation destroyed uncompleted with its execution context (its handler destroyed
+/// uncalled) sends no `operation_finished`, as it calls no handler.
+///
+/// Breaker transitions come from the breaker, not from an operation: `observe_breaker` turns an
+/// observer into a breaker's `on_transition`.
+///
+/// **Threads.** An observer is one object for every operation of every policy it is set on, so
+/// its members are called concurrently, from the threads running those operations (the events
+/// of one operation never overlap: they come from its executor, or its strand). Make it
+/// thread-safe, quick, and non-blocking: it runs inside the operation.
+///
+/// **Exceptions.** An observer watches; it does not change what it watches. What one throws is
+/// caught where it was called and dropped: the operation goes on, and completes, exactly as it
+/// would without an observer (only the event is lost). Breaker transitions come from inside the
+/// breaker's `noexcept` members, and `operation_finished` after the outcome is decided, so no
+/// other rule could hold for every event.
+///
+/// **Cost.** Unset (the default), each event costs a null check; set, the loop also reads its
+/// clock once per attempt and at the end (see bench/retry_bench.cpp for the figures).
+
+#include <coretry/breaker.hpp>
+#include <coretry/export.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace coretry {
+
+using std::chrono::nanoseconds;
+
+/// How an attempt ended, as the loop classified it (once, for every listener).
+enum class attempt_outcome : std::uint8_t {
+  success,     ///< an accepted result
+  failure,     ///< a retryable failure, or cut by the deadline or the attempt timeout
+  not_retried, ///< an error the policy does not retry
+  abandoned,   ///< cancelled (by the caller, or a hedge that ended otherwise), or something threw
+};
+
+/// "success", "failure", "not_retried" or "abandoned".
+CORETRY_API const char* to_string(attempt_outcome o) noexcept;
+
+/// Which front end runs the operation.
+enum class operation_kind : std::uint8_t {
+  retry, ///< `retry_async`, `async_retry`, `coretry::curl::retry`
+  hedge, ///< `hedge_async`, `async_hedge`, `coretry::curl::hedge`
+};
+
+/// An operation starts (its loop, or its hedge state, begins to run).
+struct operation_started_event {
+  std::string_view label; ///< `retry_policy::label`
+  operation_kind kind = operation_kind::retry;
+};
+
+/// An attempt is about to be sent (the breaker and the sending rate let it through).
+struct attempt_started_event {
+  std::string_view label;
+  unsigned attempt = 0; ///< from 1
+};
+
+/// An attempt returned.
+struct attempt_finished_event {
+  std::string_view label;
+  unsigned attempt = 0;
+  nanoseconds duration{0}; ///< from its `attempt_started`, on the loop's clock
+  /// Its error: empty on success; `errc::result_rejected` for a rejected result (an HTTP 503,
+  /// say); `errc::attempt_timeout` or `errc::deadline_exceeded` when the loop cut it.
+  std::error_code error{};
+  attempt_outcome outcome = attempt_outcome::success;
+  /// What the attempt told its `attempt_context` (`coretry::curl` fills them in): the HTTP
+  /// status of its response (0: none, as after a transport error) and its request method.
+  int http_status = 0;
+  std::string_view http_method{};
+};
+
+/// A failed attempt will be retried after `delay` (the sleep starts now).
+struct retry_scheduled_event {
+  std::string_view label;
+  unsigned attempt = 0;       ///< the attempt that failed
+  std::error_code error{};    ///< its error
+  nanoseconds delay{0};       ///< the sleep chosen: `max(backoff delay, server_hint)`
+  nanoseconds server_hint{0}; ///< what the attempt asked for (`Retry-After`), or 0
+};
+
+/// An overload control refused: the breaker (or another gate, such as `adaptive_throttle`) or
+/// the sending rate refused an attempt (nothing was sent), or the budget refused a retry (or a
+/// hedge). The operation stops (a hedge stops starting attempts; those running go on). A
+/// refusal the operation waits out (`on_open::wait`) is not reported: it shows as a retry
+/// scheduled only when an attempt follows.
+struct refusal_event {
+  std::string_view label;
+  /// `errc::circuit_open`, `errc::throttled_locally`, `errc::rate_limited` or
+  /// `errc::budget_exhausted`.
+  std::error_code reason{};
+  unsigned attempt = 0; ///< the attempt that was refused, from 1
+};
+
+/// A hedged operation starts another attempt beside the running ones.
+struct hedge_started_event {
+  std::string_view label;
+  unsigned attempt = 0;      ///< the attempt starting now, from 2
+  unsigned in_flight = 0;    ///< attempts running, this one included
+  std::error_code trigger{}; ///< as `hedge_event::trigger`: empty when the hedge delay passed
+};
+
+/// A hedged operation cancels an attempt still running, because it ended otherwise.
+struct hedge_abandoned_event {
+  std::string_view label;
+  unsigned attempt = 0;
+};
+
+/// An operation completes (just before its handler is called, or its coroutine resumes).
+struct operation_finished_event {
+  std::string_view label;
+  operation_kind kind = operation_kind::retry;
+  unsigned attempts = 0;  ///< attempts started
+  nanoseconds elapsed{0}; ///< from the call to now
+  nanoseconds slept{0};   ///< sum of the delays slept (retries only)
+  /// Why it stopped, as `retry_stats::reason`: empty on success.
+  std::error_code reason{};
+  /// What the caller gets: empty when a value is delivered (a rejected result returned when the
+  /// attempts ran out included).
+  std::error_code error{};
+};
+
+/// A breaker changed state (`observe_breaker`).
+struct breaker_transition_event {
+  std::string_view label; ///< the label given to `observe_breaker`
+  breaker_state from = breaker_state::closed;
+  breaker_state to = breaker_state::closed;
+  nanoseconds now{0}; ///< on the clock of the loop that caused it
+};
+
+/// Receives the events of the operations whose policy it is set on. Every member does nothing
+/// by default: override those you need. See the file comment for the order of events, threads,
+/// and exceptions.
+class CORETRY_API retry_observer {
+public:
+  virtual ~retry_observer();
+  virtual void on_operation_started(const operation_started_event&) {}
+  virtual void on_attempt_started(const attempt_started_event&) {}
+  virtual void on_attempt_finished(const attempt_finished_event&) {}
+  virtual void on_retry_scheduled(const retry_scheduled_event&) {}
+  virtual void on_refused(const refusal_event&) {}
+  virtual void on_hedge_started(const hedge_started_event&) {}
+  virtual void on_hedge_abandoned(const hedge_abandoned_event&) {}
+  virtual void on_operation_finished(const operation_finished_event&) {}
+  virtual void on_breaker_transition(const breaker_transition_event&) {}
+};
+
+/// A `circuit_breaker_options::on_transition` that tells `observer` every transition, labelled
+/// `label` (a breaker serves one upstream: name it after it). It keeps `observer` alive.
+///
+/// ```
+/// auto breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+///     .on_transition = coretry::observe_breaker(observer, "https://api.example.com:443")});
+/// ```
+CORETRY_API std::function<void(breaker_state, breaker_state, nanoseconds)>
+observe_breaker(std::shared_ptr<retry_observer> observer, std::string label);
+
+namespace detail {
+// The loops call these behind a null check: out of line (one copy in the library, nothing in the
+// coroutine frames), and each catches and drops what the observer throws.
+CORETRY_API void emit(retry_observer& o, const operation_started_event& e) noexcept;
+CORETRY_API void emit(retry_observer& o, const attempt_started_event& e) noexcept;
+CORETRY_API void emit(retry_observer& o, const attempt_finished_event& e) noexcept;
+CORETRY_API void emit(retry_observer& o, const retry_scheduled_event& e) noexcept;
+CORETRY_API void emit(retry_observer& o, const refusal_event& e) noexcept;
+CORETRY_API void emit(retry_observer& o, const hedge_started_event& e) noexcept;
+CORETRY_API void emit(retry_observer& o, const hedge_abandoned_event& e) noexcept;
+CORETRY_API void emit(retry_observer& o, const operation_finished_event& e) noexcept;
+} // namespace detail
+
+} // namespace coretry

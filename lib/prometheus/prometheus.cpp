@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: BSL-1.0
+#include <coretry/error.hpp>
+#include <coretry/prometheus.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace coretry {
+namespace {
+
+using labels = std::map<std::string, std::string>;
+
+double seconds(nanoseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+const char* kind_name(operation_kind k) {
+  return k == operation_kind::hedge ? "hedge" : "retry";
+}
+
+const char* errc_name(errc e) {
+  switch (e) {
+  case errc::attempts_exhausted:
+    return "attempts_exhausted";
+  case errc::deadline_exceeded:
+    return "deadline_exceeded";
+  case errc::attempt_timeout:
+    return "attempt_timeout";
+  case errc::budget_exhausted:
+    return "budget_exhausted";
+  case errc::result_rejected:
+    return "result_rejected";
+  case errc::cancelled:
+    return "cancelled";
+  case errc::circuit_open:
+    return "circuit_open";
+  case errc::unexpected_exception:
+    return "unexpected_exception";
+  case errc::retry_after_too_long:
+    return "retry_after_too_long";
+  case errc::retry_after_past_deadline:
+    return "retry_after_past_deadline";
+  case errc::rate_limited:
+    return "rate_limited";
+  case errc::throttled_locally:
+    return "throttled_locally";
+  }
+  return "unknown";
+}
+
+/// `coretry_operations_total{reason}`: a small, fixed set of values.
+std::string reason_name(const std::error_code& ec) {
+  if (!ec)
+    return "success";
+  if (ec.category() == retry_category())
+    return errc_name(static_cast<errc>(ec.value()));
+  if (ec == std::errc::operation_canceled)
+    return "aborted";
+  return "not_retried";
+}
+
+/// The OpenTelemetry `error.type` of an HTTP attempt.
+std::string error_type(const attempt_finished_event& e) {
+  if (e.http_status >= 400)
+    return std::to_string(e.http_status);
+  if (!e.error)
+    return {};
+  if (e.error.category() == retry_category())
+    return errc_name(static_cast<errc>(e.error.value()));
+  return e.error.message();
+}
+
+/// `scheme://host:port` (`coretry::curl`'s labels) into its parts; anything else is all host.
+struct endpoint {
+  std::string scheme, address, port;
+};
+endpoint split(std::string_view label) {
+  endpoint ep;
+  if (const auto sep = label.find("://"); sep != std::string_view::npos) {
+    ep.scheme = label.substr(0, sep);
+    label.remove_prefix(sep + 3);
+  }
+  label = label.substr(0, label.find('/'));
+  const auto colon = label.rfind(':');
+  if (colon != std::string_view::npos && label.find(']', colon) == std::string_view::npos) {
+    ep.port = label.substr(colon + 1);
+    label = label.substr(0, colon);
+  }
+  if (label.size() >= 2 && label.front() == '[' && label.back() == ']')
+    label = label.substr(1, label.size() - 2); // an IPv6 literal
+  ep.address = label;
+  return ep;
+}
+
+void check_buckets(const std::vector<double>& b, const char* field) {
+  if (b.empty() || !std::is_sorted(b.begin(), b.end()) ||
+      std::adjacent_find(b.begin(), b.end()) != b.end())
+    throw std::invalid_argument(std::string("coretry::prometheus_options: ") + field +
+                                " must be a non-empty, increasing list of bounds");
+}
+
+} // namespace
+
+struct prometheus_observer::impl {
+  impl(std::shared_ptr<prometheus::Registry> r, prometheus_options o)
+      : registry(std::move(r)), options(std::move(o)),
+        http_duration(prometheus::BuildHistogram()
+                          .Name("http_client_request_duration_seconds")
+                          .Help("Duration of HTTP client requests (each attempt), "
+                                "OpenTelemetry http.client.request.duration")
+                          .Register(*registry)),
+        resends(prometheus::BuildHistogram()
+                    .Name("coretry_resend_count")
+                    .Help("Resends per operation (attempts - 1), as OpenTelemetry's "
+                          "http.request.resend_count")
+                    .Register(*registry)),
+        operations(prometheus::BuildCounter()
+                       .Name("coretry_operations_total")
+                       .Help("Retry and hedge operations finished, by why they stopped")
+                       .Register(*registry)),
+        operation_duration(prometheus::BuildHistogram()
+                               .Name("coretry_operation_duration_seconds")
+                               .Help("Duration of retry and hedge operations, from the call")
+                               .Register(*registry)),
+        in_flight(prometheus::BuildGauge()
+                      .Name("coretry_operations_in_flight")
+                      .Help("Operations started and not finished")
+                      .Register(*registry)),
+        attempts(prometheus::BuildCounter()
+                     .Name("coretry_attempts_total")
+                     .Help("Attempts finished, by outcome")
+                     .Register(*registry)),
+        attempt_duration(prometheus::BuildHistogram()
+                             .Name("coretry_attempt_duration_seconds")
+                             .Help("Duration of each attempt, by outcome")
+                             .Register(*registry)),
+        retries(prometheus::BuildCounter()
+                    .Name("coretry_retries_total")
+                    .Help("Retries scheduled")
+                    .Register(*registry)),
+        sleeps(prometheus::BuildHistogram()
+                   .Name("coretry_backoff_sleep_seconds")
+                   .Help("Delay chosen before each retry")
+                   .Register(*registry)),
+        hints(prometheus::BuildCounter()
+                  .Name("coretry_server_hints_total")
+                  .Help("Retries whose delay a server hint (Retry-After) set")
+                  .Register(*registry)),
+        refusals(prometheus::BuildCounter()
+                     .Name("coretry_refusals_total")
+                     .Help("Attempts or retries refused by the breaker, the rate or the budget")
+                     .Register(*registry)),
+        hedges(prometheus::BuildCounter()
+                   .Name("coretry_hedges_total")
+                   .Help("Hedged attempts started and abandoned")
+                   .Register(*registry)),
+        transitions(prometheus::BuildCounter()
+                        .Name("coretry_breaker_transitions_total")
+                        .Help("Circuit breaker changes of state")
+                        .Register(*registry)),
+        breaker_state(prometheus::BuildGauge()
+                          .Name("coretry_breaker_state")
+                          .Help("1 for the state a circuit breaker is in, 0 for the others")
+                          .Register(*registry)) {}
+
+  std::shared_ptr<prometheus::Registry> registry;
+  prometheus_options options;
+  prometheus::Family<prometheus::Histogram>& http_duration;
+  prometheus::Family<prometheus::Histogram>& resends;
+  prometheus::Family<prometheus::Counter>& operations;
+  prometheus::Family<prometheus::Histogram>& operation_duration;
+  prometheus::Family<prometheus::Gauge>& in_flight;
+  prometheus::Family<prometheus::Counter>& attempts;
+  prometheus::Family<prometheus::Histogram>& attempt_duration;
+  prometheus::Family<prometheus::Counter>& retries;
+  prometheus::Family<prometheus::Histogram>& sleeps;
+  prometheus::Family<prometheus::Counter>& hints;
+  prometheus::Family<prometheus::Counter>& refusals;
+  prometheus::Family<prometheus::Counter>& hedges;
+  prometheus::Family<prometheus::Counter>& transitions;
+  prometheus::Family<prometheus::Gauge>& breaker_state;
+};
+
+namespace {
+std::shared_ptr<prometheus::Registry> checked(std::shared_ptr<prometheus::Registry> r,
+                                              const prometheus_options& o) {
+  if (!r)
+    throw std::invalid_argument("coretry::prometheus_observer: registry is null");
+  check_buckets(o.duration_buckets, "duration_buckets");
+  check_buckets(o.sleep_buckets, "sleep_buckets");
+  check_buckets(o.resend_buckets, "resend_buckets");
+  return r;
+}
+} // namespace
+
+prometheus_observer::prometheus_observer(std::shared_ptr<prometheus::Registry> registry,
+                                         prometheus_options options)
+    : impl_(std::make_unique<impl>(checked(std::move(registry), options), std::move(options))) {}
+
+prometheus_observer::~prometheus_observer() = default;
+
+const std::shared_ptr<prometheus::Registry>& prometheus_observer::registry() const noexcept {
+  return impl_->registry;
+}
+
+void prometheus_observer::on_operation_started(const operation_started_event& e) {
+  impl_->in_flight.Add({{"operation", std::string(e.label)}}).Increment();
+}
+
+void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
+  const std::string op(e.label);
+  const char* outcome = to_string(e.outcome);
+  impl_->attempts.Add({{"operation", op}, {"outcome", outcome}}).Increment();
+  impl_->attempt_duration
+      .Add({{"operation", op}, {"outcome", outcome}}, impl_->options.duration_buckets)
+      .Observe(seconds(e.duration));
+  if (e.http_method.empty())
+    return;
+  endpoint ep = split(e.label);
+  impl_->http_duration
+      .Add({{"http_request_method", std::string(e.http_method)},
+            {"http_response_status_code", e.http_status ? std::to_string(e.http_status) : ""},
+            {"error_type", error_type(e)},
+            {"server_address", std::move(ep.address)},
+            {"server_port", std::move(ep.port)},
+            {"url_scheme", std::move(ep.scheme)}},
+           impl_->options.duration_buckets)
+      .Observe(seconds(e.duration));
+}
+
+void prometheus_observer::on_retry_scheduled(const retry_scheduled_event& e) {
+  const std::string op(e.label);
+  impl_->retries.Add({{"operation", op}}).Increment();
+  impl_->sleeps.Add({{"operation", op}}, impl_->options.sleep_buckets).Observe(seconds(e.delay));
+  if (e.server_hint > nanoseconds::zero() && e.delay == e.server_hint)
+    impl_->hints.Add({{"operation", op}}).Increment();
+}
+
+void prometheus_observer::on_refused(const refusal_event& e) {
+  const char* by = e.reason == errc::circuit_open        ? "breaker"
+                   : e.reason == errc::throttled_locally ? "throttle"
+                   : e.reason == errc::rate_limited      ? "rate"
+                                                         : "budget";
+  impl_->refusals.Add({{"operation", std::string(e.label)}, {"by", by}}).Increment();
+}
+
+void prometheus_observer::on_hedge_started(const hedge_started_event& e) {
+  impl_->hedges.Add({{"operation", std::string(e.label)}, {"event", "started"}}).Increment();
+}
+
+void prometheus_observer::on_hedge_abandoned(const hedge_abandoned_event& e) {
+  impl_->hedges.Add({{"operation", std::string(e.label)}, {"event", "abandoned"}}).Increment();
+}
+
+void prometheus_observer::on_operation_finished(const operation_finished_event& e) {
+  const std::string op(e.label);
+  impl_->in_flight.Add({{"operation", op}}).Decrement();
+  impl_->operations
+      .Add({{"operation", op}, {"kind", kind_name(e.kind)}, {"reason", reason_name(e.reason)}})
+      .Increment();
+  impl_->operation_duration
+      .Add({{"operation", op}, {"kind", kind_name(e.kind)}}, impl_->options.duration_buckets)
+      .Observe(seconds(e.elapsed));
+  impl_->resends.Add({{"operation", op}}, impl_->options.resend_buckets)
+      .Observe(e.attempts > 0 ? static_cast<double>(e.attempts - 1) : 0.0);
+}
+
+void prometheus_observer::on_breaker_transition(const breaker_transition_event& e) {
+  const std::string op(e.label);
+  impl_->transitions.Add({{"operation", op}, {"from", to_string(e.from)}, {"to", to_string(e.to)}})
+      .Increment();
+  for (const breaker_state s :
+       {breaker_state::closed, breaker_state::open, breaker_state::half_open})
+    impl_->breaker_state.Add({{"operation", op}, {"state", to_string(s)}})
+        .Set(s == e.to ? 1.0 : 0.0);
+}
+
+} // namespace coretry

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: BSL-1.0
+// coretry::prometheus: operations with known outcomes run on the manual clock, then the metrics
+// are scraped from a prometheus-cpp Exposer over loopback, as a Prometheus server would, and
+// every number is checked against what the test did.
+
+#include <coretry/breaker.hpp>
+#include <coretry/hedge.hpp>
+#include <coretry/prometheus.hpp>
+#include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
+
+#include <doctest/doctest.h>
+#include <support/asio.hpp>
+#include <support/fake_gate.hpp>
+#include <support/test_ops.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <tuple>
+
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+
+using namespace std::chrono_literals;
+using namespace coretry::test;
+using namespace coretry::testing;
+using coretry::retry_policy;
+
+namespace {
+
+/// GET /metrics from 127.0.0.1:port; returns the body.
+std::string scrape(int port) {
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  asio::write(s, asio::buffer(req));
+  std::string reply;
+  char buf[4096];
+  coretry::test::error_code ec;
+  for (;;) {
+    const std::size_t n = s.read_some(asio::buffer(buf), ec);
+    reply.append(buf, n);
+    if (ec)
+      break;
+  }
+  REQUIRE(reply.rfind("HTTP/1.1 200", 0) == 0);
+  return reply.substr(reply.find("\r\n\r\n") + 4);
+}
+
+/// Each sample line, `name{labels}` -> value.
+std::map<std::string, double> samples(const std::string& body) {
+  std::map<std::string, double> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#')
+      continue;
+    const auto sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+retry_policy fixed(unsigned attempts, std::shared_ptr<coretry::retry_observer> o,
+                   std::string label) {
+  return {.max_attempts = attempts,
+          .backoff = coretry::backoff::fixed(100ms),
+          .observer = std::move(o),
+          .label = std::move(label)};
+}
+
+void run_retry(asio::io_context& io, scripted_op& op, const retry_policy& p) {
+  int done = 0;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p, [&](std::error_code, int) { ++done; });
+  drive(io, [&] { return done > 0; });
+  drive(io, [] { return false; });
+  REQUIRE(done == 1);
+}
+
+} // namespace
+
+TEST_CASE("a Prometheus server scraping the exposer sees exactly what the operations did") {
+  manual_clock::reset();
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto obs = std::make_shared<coretry::prometheus_observer>(registry);
+  // Never destroyed: stopping civetweb waits up to 2 s for its listener's poll to time out.
+  static auto& exposer =
+      *new prometheus::Exposer({"listening_ports", "127.0.0.1:0", "num_threads", "1"});
+  exposer.RegisterCollectable(registry);
+  REQUIRE(exposer.GetListeningPorts().size() == 1);
+  const int port = exposer.GetListeningPorts()[0];
+  asio::io_context io;
+
+  // "a": fails twice (10 ms each), then succeeds; then one that exhausts its 3 attempts.
+  scripted_op a1{{fail(refused, 10ms), fail(refused, 10ms), succeed(1, 10ms)}};
+  run_retry(io, a1, fixed(5, obs, "a"));
+  scripted_op a2{{fail(refused, 10ms)}};
+  run_retry(io, a2, fixed(3, obs, "a"));
+  // "b": refused by an open breaker, nothing sent.
+  auto gate = std::make_shared<fake_gate>();
+  gate->open = true;
+  scripted_op b{{succeed(1)}};
+  auto pb = fixed(3, obs, "b");
+  pb.breaker = gate;
+  run_retry(io, b, pb);
+  // "h": hedged, 3 attempts, the second wins and the two others are abandoned.
+  scripted_op h{{succeed(1, 500ms), succeed(2, 150ms), hang()}};
+  int done = 0;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(), [&] { return h(); }, fixed(3, obs, "h"),
+      {.delay = 100ms, .max_in_flight = 3}, [&](std::error_code, int) { ++done; });
+  drive(io, [&] { return done > 0; });
+  drive(io, [] { return false; });
+  REQUIRE(done == 1);
+  // An HTTP-like operation: a 503 with Retry-After 1 s, then a 200.
+  int calls = 0;
+  done = 0;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(),
+      [&](coretry::attempt_context& ctx) -> asio::awaitable<std::tuple<std::error_code, int>> {
+        if (++calls == 1) {
+          ctx.http("GET", 503);
+          ctx.retry_after(1s);
+          co_return std::tuple{make_error_code(coretry::errc::result_rejected), 0};
+        }
+        ctx.http("GET", 200);
+        co_return std::tuple{std::error_code{}, 1};
+      },
+      fixed(3, obs, "http://127.0.0.1:8080"), [&](std::error_code, int) { ++done; });
+  drive(io, [&] { return done > 0; });
+  REQUIRE(done == 1);
+  // A breaker's transition.
+  coretry::circuit_breaker breaker(
+      {.consecutive_failures = 1, .on_transition = coretry::observe_breaker(obs, "b")});
+  REQUIRE(breaker.try_acquire(0ns));
+  breaker.on_failure(0ns);
+
+  const std::string body = scrape(port);
+  if (std::getenv("CORETRY_PRINT_SCRAPE"))
+    std::fputs(body.c_str(), stdout);
+  const auto m = samples(body);
+  auto at = [&](const std::string& key) {
+    const auto it = m.find(key);
+    if (it == m.end())
+      FAIL_CHECK("no sample " << key);
+    return it == m.end() ? -1.0 : it->second;
+  };
+  CHECK(at(R"(coretry_operations_total{kind="retry",operation="a",reason="success"})") == 1);
+  CHECK(at(R"(coretry_operations_total{kind="retry",operation="a",reason="attempts_exhausted"})") ==
+        1);
+  CHECK(at(R"(coretry_operations_total{kind="retry",operation="b",reason="circuit_open"})") == 1);
+  CHECK(at(R"(coretry_operations_total{kind="hedge",operation="h",reason="success"})") == 1);
+  CHECK(at(R"(coretry_attempts_total{operation="a",outcome="failure"})") == 5);
+  CHECK(at(R"(coretry_attempts_total{operation="a",outcome="success"})") == 1);
+  CHECK(at(R"(coretry_attempts_total{operation="h",outcome="success"})") == 1);
+  CHECK(at(R"(coretry_attempts_total{operation="h",outcome="abandoned"})") == 2);
+  CHECK(at(R"(coretry_retries_total{operation="a"})") == 4);
+  CHECK(at(R"(coretry_backoff_sleep_seconds_count{operation="a"})") == 4);
+  CHECK(at(R"(coretry_backoff_sleep_seconds_sum{operation="a"})") == doctest::Approx(0.4));
+  CHECK(at(R"(coretry_backoff_sleep_seconds_bucket{operation="a",le="0.1"})") == 4);
+  CHECK(at(R"(coretry_backoff_sleep_seconds_bucket{operation="a",le="0.01"})") == 0);
+  CHECK(at(R"(coretry_refusals_total{by="breaker",operation="b"})") == 1);
+  CHECK(at(R"(coretry_hedges_total{event="started",operation="h"})") == 2);
+  CHECK(at(R"(coretry_hedges_total{event="abandoned",operation="h"})") == 2);
+  CHECK(at(R"(coretry_operations_in_flight{operation="a"})") == 0);
+  CHECK(at(R"(coretry_operation_duration_seconds_count{kind="retry",operation="a"})") == 2);
+  // 230 ms each.
+  CHECK(at(R"(coretry_operation_duration_seconds_sum{kind="retry",operation="a"})") ==
+        doctest::Approx(0.46));
+  CHECK(at(R"(coretry_resend_count_sum{operation="a"})") == 4);
+  CHECK(at(R"(coretry_resend_count_bucket{operation="a",le="2"})") == 2);
+  CHECK(at(R"(coretry_breaker_transitions_total{from="closed",operation="b",to="open"})") == 1);
+  CHECK(at(R"(coretry_breaker_state{operation="b",state="open"})") == 1);
+  CHECK(at(R"(coretry_breaker_state{operation="b",state="closed"})") == 0);
+  // The OpenTelemetry HTTP metric, for the HTTP-like operation only.
+  CHECK(
+      at(R"(http_client_request_duration_seconds_count{error_type="503",http_request_method="GET",http_response_status_code="503",server_address="127.0.0.1",server_port="8080",url_scheme="http"})") ==
+      1);
+  CHECK(
+      at(R"(http_client_request_duration_seconds_count{error_type="",http_request_method="GET",http_response_status_code="200",server_address="127.0.0.1",server_port="8080",url_scheme="http"})") ==
+      1);
+  CHECK(at(R"(coretry_server_hints_total{operation="http://127.0.0.1:8080"})") == 1);
+  CHECK(at(R"(coretry_resend_count_sum{operation="http://127.0.0.1:8080"})") == 1);
+  for (const auto& sample : m) {
+    const bool http = sample.first.rfind("http_client_request_duration_seconds", 0) == 0;
+    CHECK_MESSAGE((!http || sample.first.find("127.0.0.1") != std::string::npos), sample.first);
+  }
+}
+
+TEST_CASE("prometheus_observer refuses a null registry and bad buckets") {
+  CHECK_THROWS_AS(coretry::prometheus_observer(nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(coretry::prometheus_observer(std::make_shared<prometheus::Registry>(),
+                                               {.sleep_buckets = {1.0, 0.5}}),
+                  std::invalid_argument);
+}
