@@ -112,8 +112,11 @@ template <class T> struct loop_exit {
   static void fail(loop_result<T>& r, retry_stats* s, std::error_code reason,
                    std::error_code report) {
     r.error = report;
-    if (report)
-      r.value.reset(); // else: gave up on a rejected result, which is returned
+    // Else: gave up on a rejected result, which is returned. A breaker's refusal reports
+    // circuit_open and keeps the last rejected result, delivered with it where the completion
+    // carries a value.
+    if (report && reason != errc::circuit_open)
+      r.value.reset();
     if (s)
       s->reason = reason;
   }
