@@ -93,7 +93,17 @@ endpoint endpoint::from_url(std::string_view url) {
 }
 
 std::string endpoint::to_string() const {
-  return scheme + "://" + host + ":" + std::to_string(port);
+  // One allocation: this is the registry's key, built at every lookup.
+  char digits[8];
+  int n = 0;
+  for (unsigned p = port; n == 0 || p != 0; p /= 10)
+    digits[n++] = static_cast<char>('0' + p % 10);
+  std::string out;
+  out.reserve(scheme.size() + host.size() + 4 + static_cast<std::size_t>(n));
+  out.append(scheme).append("://").append(host).push_back(':');
+  while (n > 0)
+    out.push_back(digits[--n]);
+  return out;
 }
 
 endpoint_registry::endpoint_registry(endpoint_registry_options options)

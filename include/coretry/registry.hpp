@@ -28,9 +28,9 @@ struct retry_policy;
 
 /// An upstream, as an HTTP origin: scheme and host lowercased, the port always given.
 struct CORETRY_API endpoint {
-  std::string scheme; ///< "http", "https", ...
-  std::string host;   ///< a name, an IPv4 address, or an IPv6 address in brackets
-  std::uint16_t port = 0;
+  std::string scheme;     ///< "http", "https", ...
+  std::string host;       ///< a name, an IPv4 address, or an IPv6 address in brackets
+  std::uint16_t port = 0; ///< always set: the URL's, or the scheme's default
 
   /// The origin of `url` ("scheme://[user@]host[:port][/...]"): scheme and host lowercased;
   /// without a port, the scheme's default (http and ws 80, https and wss 443, ftp 21); without
@@ -40,6 +40,7 @@ struct CORETRY_API endpoint {
   static endpoint from_url(std::string_view url);
   /// "scheme://host:port".
   std::string to_string() const;
+  /// Same scheme, host and port.
   friend bool operator==(const endpoint&, const endpoint&) = default;
 };
 
@@ -72,7 +73,7 @@ struct endpoint_registry_options {
 
 /// Everything one endpoint's operations share.
 struct resilience_entry {
-  coretry::endpoint endpoint;
+  coretry::endpoint endpoint;               ///< the endpoint it serves
   std::shared_ptr<circuit_breaker> breaker; ///< null when the registry makes none
   std::shared_ptr<ratio_budget> budget;     ///< null when the registry makes none
   std::shared_ptr<send_rate> rate_limit;    ///< null when the registry makes none

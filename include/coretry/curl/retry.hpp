@@ -32,6 +32,7 @@ namespace coretry::curl {
 /// the second argument (a default `response` when there is none).
 class CORETRY_CURL_API circuit_open_error : public std::system_error {
 public:
+  /// Code `coretry::errc::circuit_open`; `last` is the last response, if any.
   explicit circuit_open_error(std::optional<response> last)
       : std::system_error(coretry::errc::circuit_open), last_(std::move(last)) {}
   /// The last response before the refusal, if an attempt got one.
