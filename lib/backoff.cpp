@@ -76,6 +76,12 @@ jitter jitter::additive(nanoseconds max_extra) {
   return {jitter_kind::additive, 0.0, max_extra};
 }
 
+jitter jitter::additive_truncated(nanoseconds max_extra) {
+  if (max_extra < nanoseconds::zero())
+    reject("jitter::additive_truncated", "max_extra", show(max_extra), "must not be negative");
+  return {jitter_kind::additive, 0.0, max_extra, true};
+}
+
 backoff backoff::fixed(nanoseconds delay) {
   if (delay < nanoseconds::zero())
     reject("backoff::fixed", "delay", show(delay), "must not be negative");
@@ -120,7 +126,7 @@ backoff backoff::with_jitter(coretry::jitter j) const {
   if (j.kind == jitter_kind::normal)
     j = jitter::normal(j.relative_stddev);
   else if (j.kind == jitter_kind::additive)
-    j = jitter::additive(j.max_extra);
+    j = j.truncated ? jitter::additive_truncated(j.max_extra) : jitter::additive(j.max_extra);
   else if (static_cast<std::size_t>(j.kind) >= jitter_names.size())
     reject("backoff::with_jitter", "kind", std::to_string(static_cast<int>(j.kind)),
            "unknown jitter kind");
@@ -181,9 +187,12 @@ nanoseconds backoff::delay(unsigned retry, nanoseconds previous, fast_rng& rng) 
     const double d = static_cast<double>(base_delay(retry).count());
     return saturate(d + rng.normal() * d * jitter_.relative_stddev);
   }
-  case jitter_kind::additive:
-    return saturating_add(base_delay(retry),
-                          saturate(rng.uniform() * static_cast<double>(jitter_.max_extra.count())));
+  case jitter_kind::additive: {
+    const nanoseconds sum =
+        saturating_add(base_delay(retry),
+                       saturate(rng.uniform() * static_cast<double>(jitter_.max_extra.count())));
+    return jitter_.truncated ? std::min(sum, max_) : sum;
+  }
   }
   return base_delay(retry);
 }
@@ -208,7 +217,8 @@ std::string backoff::to_string() const {
   }
   }
   if (jitter_.kind != jitter_kind::none)
-    out += " + " + std::string(coretry::to_string(jitter_.kind)) + " jitter";
+    out += " + " + std::string(jitter_.truncated ? "truncated " : "") +
+           std::string(coretry::to_string(jitter_.kind)) + " jitter";
   return out;
 }
 

@@ -25,6 +25,7 @@ using std::chrono::nanoseconds;
 //   closed:    the current run of failures
 //   open:      the end of the break, in ns since the clock's epoch
 //   half_open: probes in flight (bits 0-15) and probe successes (bits 16-31)
+//   isolated:  nothing (manual control: only `reset` leaves it)
 constexpr std::uint64_t payload_mask = (std::uint64_t{1} << 62) - 1;
 
 constexpr std::uint64_t make_word(breaker_state s, std::uint64_t payload) noexcept {
@@ -62,6 +63,8 @@ const char* to_string(breaker_state s) noexcept {
     return "open";
   case breaker_state::half_open:
     return "half_open";
+  case breaker_state::isolated:
+    return "isolated";
   }
   return "unknown";
 }
@@ -168,6 +171,9 @@ void circuit_breaker::transition(breaker_state from, breaker_state to, nanosecon
     window_failures_->clear();
     closed_.fetch_add(1, std::memory_order_relaxed);
     break;
+  case breaker_state::isolated:
+    isolated_.fetch_add(1, std::memory_order_relaxed);
+    break;
   }
   if (options_.on_transition)
     options_.on_transition(from, to, now);
@@ -184,6 +190,9 @@ bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
         return false;
       }
       return true;
+    case breaker_state::isolated:
+      refusals_.fetch_add(1, std::memory_order_relaxed);
+      return false;
     case breaker_state::open: {
       if (now.count() < static_cast<std::int64_t>(payload_of(w))) {
         refusals_.fetch_add(1, std::memory_order_relaxed);
@@ -225,6 +234,7 @@ void circuit_breaker::on_success(nanoseconds now) noexcept {
       next = make_word(breaker_state::closed, 0);
       break;
     case breaker_state::open:
+    case breaker_state::isolated:
       return;
     case breaker_state::half_open: {
       const std::uint64_t ok = probe_successes(w) + 1;
@@ -257,6 +267,7 @@ void circuit_breaker::on_failure(nanoseconds now) noexcept {
     std::uint64_t next = 0;
     switch (state_of(w)) {
     case breaker_state::open:
+    case breaker_state::isolated:
       return;
     case breaker_state::closed: {
       const std::uint64_t run = std::min<std::uint64_t>(payload_of(w) + 1, 0xffffffffu);
@@ -290,6 +301,25 @@ void circuit_breaker::on_abandoned(nanoseconds) noexcept {
   while (state_of(w) == breaker_state::half_open && in_flight(w) > 0 &&
          !word_.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
+  }
+}
+
+// Manual control: the only ways into and out of `isolated`, apart from the automatic machine.
+void circuit_breaker::isolate(nanoseconds now) noexcept {
+  const std::uint64_t w =
+      word_.exchange(make_word(breaker_state::isolated, 0), std::memory_order_acq_rel);
+  if (state_of(w) != breaker_state::isolated)
+    transition(state_of(w), breaker_state::isolated, now);
+}
+
+void circuit_breaker::reset(nanoseconds now) noexcept {
+  const std::uint64_t w =
+      word_.exchange(make_word(breaker_state::closed, 0), std::memory_order_acq_rel);
+  if (state_of(w) != breaker_state::closed) {
+    transition(state_of(w), breaker_state::closed, now); // clears the window
+  } else {
+    window_successes_->clear();
+    window_failures_->clear();
   }
 }
 

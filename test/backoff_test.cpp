@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/backoff.hpp>
+#include <coretry/presets.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -164,6 +166,66 @@ TEST_CASE("additive jitter adds up to max_extra on top of the capped curve") {
   const auto capped = draw(b, 30, 1000);
   CHECK(capped.min >= 32s);
   CHECK(capped.max <= 33s);
+}
+
+TEST_CASE("truncated additive jitter: min(2^n s + U(0, 1 s), max), seeded") {
+  const auto b = coretry::presets::truncated_exponential(1s, 32s, 1s);
+  CHECK(b.jitter_spec().truncated);
+  CHECK(b.to_string() == "exponential(1s, x2, max 32s) + truncated additive jitter");
+  const auto s = draw(b, 2, 20000); // 4 s + U(0, 1 s), below the cap
+  CHECK(s.min >= 4s);
+  CHECK(s.max <= 5s);
+  CHECK(s.mean == doctest::Approx(4.5e9).epsilon(0.01));
+  // Near the cap the sum is cut at 32 s: 2^4 s = 16 s plus up to 1 s stays below; 31.5 s with
+  // `initial` 31.5 s (one retry below the cap) lands on 32 s about half the time.
+  const auto near =
+      backoff::exponential(31500ms, 2.0, 32s).with_jitter(jitter::additive_truncated(1s));
+  fast_rng rng(7);
+  int at_cap = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const auto d = near.delay(0, 0ns, rng);
+    CHECK(d >= 31500ms);
+    CHECK(d <= 32s);
+    at_cap += d == 32s;
+  }
+  CHECK(at_cap == doctest::Approx(5000).epsilon(0.05));
+  const auto capped = draw(b, 30, 1000); // past the cap: always the cap
+  CHECK(capped.min == 32s);
+  CHECK(capped.max == 32s);
+  CHECK(message_of([] { (void)jitter::additive_truncated(-1s); }).find("max_extra") !=
+        std::string::npos);
+}
+
+TEST_CASE("presets are ordinary policies a caller can adjust") {
+  auto safe = coretry::presets::overload_safe();
+  CHECK(safe.max_attempts == std::numeric_limits<unsigned>::max());
+  CHECK(safe.attempt_timeout == 2s);
+  REQUIRE(safe.breaker);
+  REQUIRE(safe.budget);
+  auto copy = safe;
+  CHECK(copy.breaker == safe.breaker); // copies share one upstream's breaker
+  safe.attempt_timeout = 500ms;        // and every field is still the caller's
+  safe.validate();
+  CHECK(coretry::presets::overload_safe_breaker().consecutive_failures == 5);
+  CHECK(coretry::presets::overload_safe_budget().ratio == 0.1);
+  CHECK(!coretry::presets::overload_safe_per_endpoint().breaker);
+
+  const auto forever = coretry::presets::retry_forever(30s);
+  CHECK(forever.max_attempts == std::numeric_limits<unsigned>::max());
+  CHECK(forever.deadline == coretry::unlimited);
+  CHECK(forever.backoff.max_delay() == 30s);
+  CHECK(forever.backoff.jitter_spec().kind == coretry::jitter_kind::full);
+  CHECK_THROWS_AS((void)coretry::presets::retry_forever(10ms, 1s), std::invalid_argument);
+
+  const auto cloud = coretry::presets::cloud_storage(64s, 5min);
+  CHECK(cloud.deadline == 5min);
+  CHECK(cloud.backoff.initial() == 1s);
+  CHECK(cloud.backoff.max_delay() == 64s);
+  CHECK(cloud.backoff.jitter_spec().truncated);
+  CHECK(message_of([] { (void)coretry::presets::cloud_storage(500ms); }).find("max_backoff") !=
+        std::string::npos);
+  CHECK(message_of([] { (void)coretry::presets::cloud_storage(32s, 0s); }).find("deadline") !=
+        std::string::npos);
 }
 
 TEST_CASE("a seed makes the delays reproducible, different seeds give different streams") {

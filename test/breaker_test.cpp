@@ -331,3 +331,64 @@ TEST_CASE("two threads sharing one breaker keep its counts and states consistent
   CHECK(b.times_closed() <= b.times_half_opened());
   CHECK(b.times_opened() <= b.times_half_opened() + 1);
 }
+
+TEST_CASE("isolate refuses everything until reset; reset closes with the counts cleared") {
+  std::vector<std::tuple<breaker_state, breaker_state>> seen;
+  auto o = exact();
+  o.consecutive_failures = 3;
+  o.on_transition = [&](breaker_state from, breaker_state to, std::chrono::nanoseconds) {
+    seen.emplace_back(from, to);
+  };
+  circuit_breaker b(o);
+  fail_n(b, 2, 0s);
+  CHECK(b.failure_run() == 2);
+
+  b.isolate(1s);
+  CHECK(b.state() == breaker_state::isolated);
+  CHECK(std::string(coretry::to_string(breaker_state::isolated)) == "isolated");
+  CHECK(!b.try_acquire(1s));
+  CHECK(!b.try_acquire(1000s)); // no break ends an isolation
+  CHECK(b.refusals() == 2);
+  b.on_success(2s); // an attempt granted before: counts in the totals only
+  b.on_failure(2s);
+  CHECK(b.state() == breaker_state::isolated);
+  b.isolate(3s); // again: no second transition
+  CHECK(b.times_isolated() == 1);
+
+  b.reset(4s);
+  CHECK(b.state() == breaker_state::closed);
+  CHECK(b.failure_run() == 0);
+  CHECK(b.window_failures(4s) == 0);
+  CHECK(b.try_acquire(4s));
+  CHECK(seen == std::vector<std::tuple<breaker_state, breaker_state>>{
+                    {breaker_state::closed, breaker_state::isolated},
+                    {breaker_state::isolated, breaker_state::closed}});
+
+  SUBCASE("reset of an open or half-open breaker closes it at once") {
+    fail_n(b, 3, 5s);
+    CHECK(b.state() == breaker_state::open);
+    b.reset(5s);
+    CHECK(b.state() == breaker_state::closed);
+    fail_n(b, 3, 6s);
+    REQUIRE(b.try_acquire(100s)); // the break is over: a probe
+    CHECK(b.state() == breaker_state::half_open);
+    b.reset(100s);
+    CHECK(b.state() == breaker_state::closed);
+    CHECK(b.probes_in_flight() == 0);
+    CHECK(seen.back() == std::tuple{breaker_state::half_open, breaker_state::closed});
+  }
+  SUBCASE("reset of a closed breaker clears its counts, with no transition") {
+    fail_n(b, 2, 5s);
+    b.reset(5s);
+    CHECK(b.failure_run() == 0);
+    CHECK(b.window_failures(5s) == 0);
+    CHECK(seen.size() == 2);
+  }
+  SUBCASE("isolate of an open breaker, from any thread") {
+    fail_n(b, 3, 5s);
+    std::thread t([&] { b.isolate(6s); });
+    t.join();
+    CHECK(b.state() == breaker_state::isolated);
+    CHECK(seen.back() == std::tuple{breaker_state::open, breaker_state::isolated});
+  }
+}

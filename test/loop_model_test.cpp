@@ -131,7 +131,10 @@ expectation model(const scenario& s) {
   std::error_code last;
   auto stop = [&](errc reason) {
     e.reason = reason;
-    e.error = reason == errc::deadline_exceeded || !last ? std::error_code(reason) : last;
+    // The deadline and a breaker's refusal report themselves; otherwise the last error.
+    e.error = reason == errc::deadline_exceeded || reason == errc::circuit_open || !last
+                  ? std::error_code(reason)
+                  : last;
     e.end = t;
     return e;
   };

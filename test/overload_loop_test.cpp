@@ -104,9 +104,52 @@ TEST_CASE("the breaker hears once about every attempt it granted") {
     p2.on_retry = [&](const coretry::retry_event&) { gate2->open = true; };
     coretry::retry_stats s2;
     const auto r2 = run(io, op2, p2, s2);
-    CHECK(r2.error == refused); // final_error::last_error: the last attempt's own error
+    // One outcome per cause: the refusal reports circuit_open even though an attempt ran (as
+    // when none did); the attempt's own error stays in the stats.
+    CHECK(r2.error == coretry::errc::circuit_open);
     CHECK(s2.reason == coretry::errc::circuit_open);
+    CHECK(s2.last_error == refused);
     CHECK(op2.calls == 1);
+  }
+}
+
+TEST_CASE("a breaker's refusal after a rejected result reports circuit_open, with that result") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  scripted_op op{{succeed(503), succeed(200)}};
+  retry_policy p =
+      retry_policy{.max_attempts = 5, .backoff = coretry::backoff::fixed(10ms)}.retry_if_result(
+          [](int v) { return v == 503; });
+  p.breaker = gate;
+  p.on_retry = [&](const coretry::retry_event&) { gate->open = true; };
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  // Before: the 503 came back as a plain result, only stats.reason said circuit_open.
+  CHECK(r.error == coretry::errc::circuit_open);
+  CHECK(r.value == 503); // the last (rejected) result travels with the error
+  CHECK(stats.reason == coretry::errc::circuit_open);
+  CHECK(stats.last_error == coretry::errc::result_rejected);
+  CHECK(op.calls == 1);
+
+  SUBCASE("and the awaitable form throws circuit_open") {
+    scripted_op op2{{succeed(503), succeed(200)}};
+    auto gate2 = std::make_shared<fake_gate>();
+    p.breaker = gate2;
+    p.on_retry = [&](const coretry::retry_event&) { gate2->open = true; };
+    std::error_code thrown;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          try {
+            co_await coretry::retry_async<manual_timer>([&] { return op2(); }, p);
+          } catch (const std::system_error& e) {
+            thrown = e.code();
+          }
+        },
+        asio::detached);
+    drive(io, [&] { return static_cast<bool>(thrown); });
+    CHECK(thrown == coretry::errc::circuit_open);
   }
 }
 

@@ -25,7 +25,7 @@ using std::chrono::nanoseconds;
 /// | `equal`        | `d/2 + U(0, d/2)`                       | AWS "equal jitter"             |
 /// | `decorrelated` | `min(max, U(initial, 3 * previous))`    | AWS; `previous` starts at `initial`; ignores the growth curve |
 /// | `normal`       | `max(0, d + N(0, (d * relative_stddev)^2))` | proportional normal variate ("Exponential Backoff or how not to crash a server") |
-/// | `additive`     | `d + U(0, max_extra)`                   | cloud form `2^n s + random_ms` ("Exponential backoff", Memorystore for Redis) |
+/// | `additive`     | `d + U(0, max_extra)`, or with `truncated` `min(d + U(0, max_extra), max)` | cloud form `2^n s + random_ms` ("Exponential backoff", Memorystore for Redis; "Retry strategy", Cloud Storage) |
 enum class jitter_kind : std::uint8_t { none, full, equal, decorrelated, normal, additive };
 
 /// The name of a jitter kind ("none", "full", ...), for flags and reports.
@@ -39,6 +39,9 @@ struct CORETRY_API jitter {
   jitter_kind kind = jitter_kind::none;
   double relative_stddev = 0.0; ///< `normal` only: standard deviation as a fraction of `d`.
   nanoseconds max_extra{0};     ///< `additive` only: the upper bound of the added uniform delay.
+  /// `additive` only: the sum is capped at the curve's `max` too, `min(d + U(0, max_extra), max)`,
+  /// the "truncated exponential backoff" of the cloud providers (see `additive_truncated`).
+  bool truncated = false;
 
   /// No jitter: the curve's delay as is.
   static constexpr jitter none() noexcept { return {}; }
@@ -52,6 +55,10 @@ struct CORETRY_API jitter {
   static jitter normal(double relative_stddev = 0.1);
   /// Throws `std::invalid_argument` when `max_extra` is negative.
   static jitter additive(nanoseconds max_extra = std::chrono::seconds(1));
+  /// `min(d + U(0, max_extra), max)`: additive jitter whose sum never exceeds the curve's cap,
+  /// as Google Cloud's "truncated exponential backoff" (`min((2^n + random_number_milliseconds),
+  /// maximum_backoff)`) defines it. Throws `std::invalid_argument` when `max_extra` is negative.
+  static jitter additive_truncated(nanoseconds max_extra = std::chrono::seconds(1));
 };
 
 /// A backoff strategy: a growth curve (fixed, linear or capped exponential) plus a jitter.
@@ -100,7 +107,7 @@ public:
 
   /// The jittered delay for retry `retry`; `previous` is the delay returned for the retry before
   /// (ignored unless the jitter is decorrelated; pass `initial()` or zero for the first retry).
-  /// Never negative; at most `max_delay()` except for `normal` and `additive` jitter, which are
+  /// Never negative; at most `max_delay()` except for `normal` and (untruncated) `additive` jitter, which are
   /// added on top of the capped curve as their articles define them.
   nanoseconds delay(unsigned retry, nanoseconds previous, fast_rng& rng) const noexcept;
 

@@ -24,9 +24,10 @@ enum class breaker_state : std::uint8_t {
   closed,    ///< attempts pass; outcomes are watched
   open,      ///< attempts are refused until the break is over
   half_open, ///< a bounded number of probe attempts pass; their outcomes decide
+  isolated,  ///< forced open by `isolate()`: every attempt is refused until `reset()`
 };
 
-/// "closed", "open" or "half_open".
+/// "closed", "open", "half_open" or "isolated".
 CORETRY_API const char* to_string(breaker_state s) noexcept;
 
 /// Settings of a `circuit_breaker`. Each trigger can be switched off (0), not both.
@@ -95,6 +96,13 @@ struct circuit_breaker_options {
 /// `retry_after` after a refusal: while open, until the end of the break plus a jitter of up to
 /// `retry_interval`; while half-open or ramping, `retry_interval` jittered.
 ///
+/// - **isolated** (manual control, as Polly's `Isolate` and resilience4j's forced-open state):
+///   `isolate(now)` refuses every attempt, whatever the outcomes and the time, until
+///   `reset(now)`; `reset(now)` closes the breaker from any state with its window and run of
+///   failures cleared. Both call `on_transition` when the state changes (`reset` of a closed
+///   breaker only clears the counts). Outcomes of attempts granted before an isolation count for
+///   nothing but the totals.
+///
 /// Outcomes reported while open change nothing but the counts. `state()` is the stored state:
 /// a breaker whose break is over reads `open` until the next `try_acquire`.
 ///
@@ -121,6 +129,15 @@ public:
   /// After a refusal at `now`: how long a waiting operation should wait before asking again
   /// (always positive; see the class comment).
   std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
+
+  /// Forces the breaker open until `reset`: every `try_acquire` is refused (and counted as a
+  /// refusal); `state()` reads `isolated`. Calls `on_transition(from, isolated, now)` unless it
+  /// was isolated already.
+  void isolate(std::chrono::nanoseconds now) noexcept;
+  /// Closes the breaker from any state (isolated included), with an empty window and run of
+  /// failures; probes in flight are forgotten (their outcomes then count as a closed breaker's).
+  /// Calls `on_transition(from, closed, now)` unless it was closed already.
+  void reset(std::chrono::nanoseconds now) noexcept;
 
   /// The current state.
   breaker_state state() const noexcept;
@@ -153,7 +170,11 @@ public:
   std::uint64_t ramp_refusals() const noexcept {
     return ramp_refusals_.load(std::memory_order_relaxed);
   }
-  /// Times the breaker closed again since construction.
+  /// Times `isolate` isolated it since construction.
+  std::uint64_t times_isolated() const noexcept {
+    return isolated_.load(std::memory_order_relaxed);
+  }
+  /// Times the breaker closed again since construction (by probes or by `reset`).
   std::uint64_t times_closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
 
   /// The options it was built with.
@@ -181,6 +202,7 @@ private:
   std::atomic<std::uint64_t> half_opened_{0};
   std::atomic<std::uint64_t> closed_{0};
   std::atomic<std::uint64_t> ramp_refusals_{0};
+  std::atomic<std::uint64_t> isolated_{0};
 };
 
 } // namespace coretry

@@ -13,8 +13,10 @@
 #include <coretry/hedge.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/policy.hpp>
+#include <coretry/presets.hpp>
 #include <coretry/random.hpp>
 #include <coretry/rate_limit.hpp>
+#include <coretry/registry.hpp>
 #include <coretry/retry.hpp>
 #include <coretry/throttle.hpp>
 #include <coretry/version.hpp>

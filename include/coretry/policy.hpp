@@ -54,8 +54,9 @@ struct retry_stats {
 /// What a failed operation reports when the policy gave up on a retryable error.
 enum class final_error : std::uint8_t {
   /// The last attempt's own error (the default: the caller sees `connection_refused`, not a
-  /// wrapper; `retry_stats::reason` tells why the loop stopped). When no attempt ran (an open
-  /// breaker, say), the policy's reason.
+  /// wrapper; `retry_stats::reason` tells why the loop stopped). When no attempt ran, the
+  /// policy's reason. A breaker's refusal (`circuit_open`) and the deadline
+  /// (`deadline_exceeded`) always report themselves.
   last_error,
   /// The policy's reason (`errc::attempts_exhausted`, `budget_exhausted`, `circuit_open`).
   policy_reason,
@@ -196,7 +197,8 @@ struct CORETRY_API retry_policy {
   std::shared_ptr<retry_budget> budget{};
   /// A circuit breaker shared by every operation towards one upstream; none by default. While it
   /// refuses, attempts are not sent and the operation stops with `errc::circuit_open` (the
-  /// gate's `refusal()`), or waits (`when_open`).
+  /// gate's `refusal()`, whether or not an attempt ran before; see `final_error`), or waits
+  /// (`when_open`). `endpoint_registry` keeps one per upstream.
   std::shared_ptr<attempt_gate> breaker{};
   /// What to do when `breaker` refuses an attempt: fail at once (the default) or wait until it
   /// lets one through, within the deadline. See `on_open`.

@@ -19,15 +19,18 @@ asio::awaitable<response> retry_compiled(client& c, request req, coretry::retry_
 
 asio::awaitable<response> hedge_compiled(client& c, request req, coretry::retry_policy policy,
                                          coretry::hedge_options options) {
-  auto [attempt, p] = prepare_hedge(c, std::move(req), std::move(policy));
-  return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options));
+  auto [attempt, p, st] = prepare_hedge_shared(c, std::move(req), std::move(policy));
+  return with_refusal(coretry::hedge_async(std::move(attempt), std::move(p), std::move(options)),
+                      std::move(st));
 }
 
 asio::awaitable<response> hedge_compiled(client& c, request req, coretry::retry_policy policy,
                                          coretry::hedge_options options,
                                          coretry::hedge_stats& stats) {
-  auto [attempt, p] = prepare_hedge(c, std::move(req), std::move(policy));
-  return coretry::hedge_async(std::move(attempt), std::move(p), std::move(options), stats);
+  auto [attempt, p, st] = prepare_hedge_shared(c, std::move(req), std::move(policy));
+  return with_refusal(
+      coretry::hedge_async(std::move(attempt), std::move(p), std::move(options), stats),
+      std::move(st));
 }
 
 } // namespace coretry::curl::detail

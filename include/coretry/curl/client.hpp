@@ -8,6 +8,7 @@
 #include <coretry/curl/request.hpp>
 #include <coretry/detail/asio.hpp>
 #include <coretry/export.hpp>
+#include <coretry/registry.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -115,6 +116,13 @@ struct CORETRY_CURL_API client_options {
   /// the decoded bytes, so a compression bomb stops at the limit. Default false: no
   /// `Accept-Encoding` is sent and the body is returned as received.
   bool decompress = false;
+  /// Per-endpoint breakers, budgets and sending rates for `retry`, `async_retry`, `hedge` and
+  /// `async_hedge` on this client: each request's entry is the registry's entry for the origin
+  /// of `request::url` (scheme and host lowercased, the default port filled in), and fills the
+  /// fields of the policy that the caller left empty (a policy's own breaker wins). Across
+  /// redirects (`request::follow_redirects`) the original origin's entry counts every outcome.
+  /// Null (the default): the policy alone decides. `async_perform` does not use it.
+  std::shared_ptr<coretry::endpoint_registry> resilience{};
 
   /// Throws `std::invalid_argument` naming the field and its value when a `long` field is
   /// negative, `http_version` is out of range (or `http2_prior_knowledge` on libcurl before

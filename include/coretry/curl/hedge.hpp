@@ -30,15 +30,33 @@ inline bool may_hedge(const request& req) noexcept {
 
 namespace detail {
 
-/// `prepare_http` for hedging: refuses, at the call, a request that must not be sent twice.
-inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) {
+/// `prepare_http_shared` for hedging: refuses, at the call, a request that must not be sent
+/// twice.
+inline auto prepare_hedge_shared(client& c, request req, coretry::retry_policy policy) {
   req.validate();
   if (!may_hedge(req))
     throw std::invalid_argument(
         "coretry::curl::hedge: a " + req.method + " request to " + req.url +
         " is not idempotent and hedging sends it several times at once; add an Idempotency-Key "
         "header that the server honours, or send it with coretry::curl::retry");
-  return prepare_http(c, std::move(req), std::move(policy));
+  return prepare_http_shared(c, std::move(req), std::move(policy));
+}
+
+inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) {
+  auto [attempt, p, st] = prepare_hedge_shared(c, std::move(req), std::move(policy));
+  return std::pair{std::move(attempt), std::move(p)};
+}
+
+// Awaits `op`; a breaker's refusal comes out as `circuit_open_error` with the last response.
+inline asio::awaitable<response> with_refusal(asio::awaitable<response> op,
+                                              std::shared_ptr<http_retry_state> st) {
+  try {
+    co_return co_await std::move(op);
+  } catch (const std::system_error& e) {
+    if (e.code() != coretry::errc::circuit_open)
+      throw;
+    throw circuit_open_error(std::move(st->last_rejected));
+  }
 }
 
 // The two `hedge` overloads below, compiled once in libcoretry_curl (lib/curl/retry.cpp), as
@@ -65,9 +83,14 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// another); with `policy.rate_limit` a 429 or 503 slows the sending rate. When every allowed
 /// copy got a retryable status, the last such response is returned.
 ///
+/// The client's `resilience` registry, when set, supplies the breaker, budget and rate for the
+/// URL's origin, as for `retry`. A breaker's refusal ends the operation with
+/// `circuit_open_error`, whose `last_response()` holds the last retryable response, if any
+/// (`async_hedge`: `circuit_open` with that response).
+///
 /// \returns the response. \throws std::invalid_argument at the call when `req` is not
 /// idempotent and has no `Idempotency-Key` (see `may_hedge`), or when `req`, `policy` or
-/// `options` is invalid; std::system_error with the final transport error (or the policy's
+/// `options` is invalid; `circuit_open_error`; std::system_error with the final transport error (or the policy's
 /// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
 ///
 /// Cancellation, lifetime and thread safety as `retry`: terminal cancellation of the awaiting

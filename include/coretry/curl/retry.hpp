@@ -15,12 +15,33 @@
 #include <coretry/retry.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <tuple>
+#include <typeinfo>
 #include <utility>
 
 namespace coretry::curl {
+
+/// What the awaitable `retry` and `hedge` throw when the circuit breaker refused an attempt:
+/// `code()` is `coretry::errc::circuit_open` (so `catch (const std::system_error&)` sees it as
+/// before), and `last_response()` is the last response an earlier attempt got (a retryable
+/// status), or empty when no attempt ran or the last one failed in transport. The completion
+/// forms (`async_retry`, `async_hedge`) deliver the same: `circuit_open` with that response as
+/// the second argument (a default `response` when there is none).
+class CORETRY_CURL_API circuit_open_error : public std::system_error {
+public:
+  /// Code `coretry::errc::circuit_open`; `last` is the last response, if any.
+  explicit circuit_open_error(std::optional<response> last)
+      : std::system_error(coretry::errc::circuit_open), last_(std::move(last)) {}
+  /// The last response before the refusal, if an attempt got one.
+  const std::optional<response>& last_response() const noexcept { return last_; }
+
+private:
+  std::optional<response> last_;
+};
+
 namespace detail {
 
 // Shared by the attempt function and the on_retry hook of one retry operation; keeps the
@@ -56,6 +77,8 @@ struct http_retry_state {
   long last_status = 0;       ///< the last attempt's status, 0 after a transport error
   std::error_code last_error; ///< the last attempt's transport error
   std::string last_detail;    ///< and libcurl's account of it (`response::error_detail`)
+  /// With a breaker: the last rejected response, for `circuit_open_error`.
+  std::optional<response> last_rejected;
   bool sleeping = false;
 };
 
@@ -130,9 +153,28 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
   // The caller's result filter, when set, replaces the status classification (as `retry_if`
   // replaces `is_retryable`); one on another type than `response` is refused at the call by the
   // loop (std::invalid_argument).
-  if (p.result_filter)
-    return p;
-  return std::move(p).retry_if_result(retryable_response{});
+  if (!p.result_filter)
+    p = std::move(p).retry_if_result(retryable_response{});
+  // With a breaker, a refusal reports circuit_open with the last response: the rejected one is
+  // kept (a copy, taken only for a rejected response) for the awaitable forms' exception.
+  if (p.breaker && *p.result_filter->type == typeid(response)) {
+    p.result_filter =
+        std::make_shared<const coretry::detail::result_predicate>(coretry::detail::result_predicate{
+            p.result_filter->type, [filter = p.result_filter, st](const void* v) {
+              const bool rejected = filter->call(v);
+              if (rejected)
+                st->last_rejected = *static_cast<const response*>(v);
+              return rejected;
+            }});
+  }
+  return p;
+}
+
+// The client's registry, when it has one, supplies the policy's breaker, budget and rate for
+// the request's origin (see `client_options::resilience`).
+inline void apply_registry(const client& c, const request& req, coretry::retry_policy& p) {
+  if (const auto& registry = c.options().resilience)
+    registry->apply(p, coretry::endpoint::from_url(req.url));
 }
 
 // What every front end below starts from: the request checked at the call (so a bad one throws
@@ -140,6 +182,7 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
 // With the shared state too (`with_detail` reads it).
 inline auto prepare_http_shared(client& c, request req, coretry::retry_policy policy) {
   req.validate();
+  apply_registry(c, req, policy);
   auto st = std::make_shared<http_retry_state>(c, std::move(req));
   auto p = make_http_policy(std::move(policy), st);
   return std::tuple{make_http_attempt(st), std::move(p), st};
@@ -157,6 +200,8 @@ inline asio::awaitable<response> with_detail(asio::awaitable<response> op,
   try {
     co_return co_await std::move(op);
   } catch (const std::system_error& e) {
+    if (e.code() == coretry::errc::circuit_open)
+      throw circuit_open_error(std::move(st->last_rejected));
     if (st->last_detail.empty() || e.code() != st->last_error)
       throw;
     throw std::system_error(e.code(), st->last_detail);
@@ -195,10 +240,17 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 /// - `policy.on_retry` sees each retry: its `error` is the transport error, or for a retryable
 ///   status `make_http_status_error(status)` (category `http_status_category()`).
 ///
+/// - With a breaker (the policy's, or the client's `resilience` registry's for the URL's
+///   origin), a refused attempt ends the operation with `circuit_open_error` (code
+///   `coretry::errc::circuit_open`) whether or not an attempt ran before; its
+///   `last_response()` holds the last retryable response, if any.
+///
 /// \returns the response. \throws std::invalid_argument at the call when `req.validate()` or
-/// `policy.validate()` does; std::system_error with the last transport error (its `what()`
-/// starting with libcurl's account of it, `response::error_detail`) or the policy's reason
-/// (see `final_error`), or `asio::error::operation_aborted` when cancelled.
+/// `policy.validate()` does (or, with a registry, when the URL has no host or no port and a
+/// scheme without a default one); `circuit_open_error` as above; std::system_error with the
+/// last transport error (its `what()` starting with libcurl's account of it,
+/// `response::error_detail`) or the policy's reason (see `final_error`), or
+/// `asio::error::operation_aborted` when cancelled.
 ///
 /// Cancellation: terminal cancellation of the awaiting coroutine, and the policy's group token,
 /// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
@@ -225,7 +277,9 @@ inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req,
 /// `retry` for any completion token, on the client's executor.
 ///
 /// Completion signature: `void(std::error_code, response)`; the error is empty whenever a
-/// response is delivered (including a last retryable status once attempts ran out). An invalid
+/// response is delivered (including a last retryable status once attempts ran out), except for
+/// a breaker's refusal: `coretry::errc::circuit_open` with the last retryable response, or a
+/// default `response` when there is none (as `circuit_open_error::last_response`). An invalid
 /// `req` or `policy` throws `std::invalid_argument` at the call; nothing is started then.
 /// Cancellation: terminal, partial or total through the handler's slot, or the policy's group
 /// token; completes once with `operation_aborted`. Thread safety: any thread.

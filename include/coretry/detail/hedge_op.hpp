@@ -471,7 +471,9 @@ private:
     const verdict v =
         sched_->stop(stop_reason_ == errc{} ? errc::attempts_exhausted : stop_reason_, last_error_);
     fail(v.stop, v.report);
-    if (!v.report) { // gave up on rejected results: the last one is returned
+    // Gave up on rejected results: the last one is returned (with a gate's refusal, delivered
+    // with the error where the completion carries a value).
+    if (!v.report || v.stop == errc::circuit_open || v.stop == errc::throttled_locally) {
       move_into(result_.value, last_rejected_);
       if (stats_)
         stats_->winner = rejected_by_;

@@ -121,8 +121,11 @@ template <class T> struct loop_exit {
                    std::error_code report) {
     r.error = report;
     r.reason = reason;
-    if (report)
-      r.value.reset(); // else: gave up on a rejected result, which is returned
+    // Else: gave up on a rejected result, which is returned. A gate's refusal reports itself
+    // (circuit_open, throttled_locally) and keeps the last rejected result, delivered with it
+    // where the completion carries a value.
+    if (report && reason != errc::circuit_open && reason != errc::throttled_locally)
+      r.value.reset();
     if (s)
       s->reason = reason;
   }

@@ -266,10 +266,13 @@ public:
   }
 
   /// The verdict for a loop stopped by `reason` after an attempt that ended with `last`:
-  /// the deadline always reports itself (even after a rejected result); otherwise
+  /// the deadline and a gate's refusal (`circuit_open`, `throttled_locally`) always report
+  /// themselves (even after a rejected result: one outcome per cause, whether or not an attempt
+  /// ran before); otherwise
   /// `final_error` decides, and a rejected result is returned rather than reported.
   verdict stop(errc reason, const std::error_code& last) const noexcept {
-    if (reason == errc::deadline_exceeded)
+    if (reason == errc::deadline_exceeded || reason == errc::circuit_open ||
+        reason == errc::throttled_locally)
       return {reason, reason};
     if (last == errc::result_rejected)
       return {reason, {}};
