@@ -6,6 +6,8 @@
 //     `count` GETs, a fixed half of them failing their first attempt with 503; at most 64 in
 //     flight, at most 32 connections, retried after 1 ms, 3 attempts at most.
 //       coretry   coretry::curl::retry on one thread
+//       cores     coretry::curl::retry on every core: one io_context, client and thread per
+//                 core, the in-flight and connection limits split between them
 //       multi     a hand-written curl multi-socket loop driven by Asio, same retry rule
 //       threads   64 threads, each retrying with curl_easy_perform and its own easy handle
 //     Prints ok_per_s, attempts, peak_threads, peak_sockets, peak_rss_mb.
@@ -226,6 +228,60 @@ totals coretry_throughput(const server_process& server, long n) {
   }
   t.seconds = cb::seconds_since(t0);
   t.peak.sockets = long(c.stats().peak_open_connections);
+  return t;
+}
+
+/// HTTP on every core: a client per thread, each on its own io_context (the client runs every
+/// libcurl call under its own lock, so one client on a multi-threaded context would serialize).
+totals cores_throughput(const server_process& server, long n) {
+  const long cores = std::max(1L, long(std::thread::hardware_concurrency()));
+  totals t;
+  std::atomic<long> next{0}, ok{0}, attempts{0}, sockets{0};
+  const coretry::retry_policy policy{.max_attempts = max_attempts,
+                                     .backoff = coretry::backoff::fixed(retry_delay)};
+  auto run_core = [&](long core) {
+    asio::io_context io(1);
+    const long conns = connection_limit / cores + (core < connection_limit % cores ? 1 : 0);
+    const long workers = in_flight / cores + (core < in_flight % cores ? 1 : 0);
+    coretry::curl::client c(io.get_executor(), {.max_total_connections = conns,
+                                                .max_host_connections = conns,
+                                                .max_concurrent_requests = std::size_t(conns),
+                                                .pool_size = std::size_t(workers)});
+    auto worker = [&]() -> asio::awaitable<void> {
+      for (long id; (id = next++) < n;) {
+        coretry::retry_stats stats;
+        coretry::curl::request req{.url = server.url(id)};
+        auto r = co_await coretry::curl::retry(c, std::move(req), policy, stats);
+        attempts += stats.attempts;
+        ok += r.status == 200;
+      }
+    };
+    for (long w = 0; w < workers; ++w)
+      asio::co_spawn(io, worker(), [](std::exception_ptr e) {
+        if (e)
+          std::rethrow_exception(e);
+      });
+    io.run_for(std::chrono::seconds(long(run_limit_s)));
+    sockets += long(c.stats().peak_open_connections);
+  };
+  asio::io_context watch_io(1);
+  asio::steady_timer watch(watch_io);
+  watch_threads(watch, t.peak);
+  std::thread watcher([&] { watch_io.run(); });
+  const auto t0 = cb::steady::now();
+  std::vector<std::thread> threads;
+  for (long core = 1; core < cores; ++core)
+    threads.emplace_back(run_core, core);
+  run_core(0);
+  for (auto& th : threads)
+    th.join();
+  t.seconds = cb::seconds_since(t0);
+  asio::post(watch_io, [&] { watch.cancel(); });
+  watcher.join();
+  t.ok = ok;
+  t.attempts = attempts;
+  t.peak.sockets = sockets; // the sum of each client's peak: an upper bound
+  t.peak.threads -= 1;      // the watcher
   return t;
 }
 
@@ -692,13 +748,15 @@ int main(int argc, char** argv) try {
     totals t;
     if (variant == "coretry")
       t = coretry_throughput(server, n);
+    else if (variant == "cores")
+      t = cores_throughput(server, n);
     else if (variant == "multi")
       t = multi_throughput(server, n);
     else if (variant == "threads")
       t = threads_throughput(server, n);
     else
-      throw std::invalid_argument("--variant must be coretry, multi or threads, not '" + variant +
-                                  "'");
+      throw std::invalid_argument("--variant must be coretry, cores, multi or threads, not '" +
+                                  variant + "'");
     report(variant.c_str(), n, t);
     return t.ok == n ? 0 : 1;
   }

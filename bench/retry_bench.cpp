@@ -9,6 +9,11 @@
 // Rows (.ci/bench pairs them):
 //   success_ns     coretry (plain op), coretry_shared (shared_policy)
 //                                              vs loop (hand-written for-loop) and direct (await)
+//                coretry_token (the attempt an initiating function taking a token)
+//                                              vs the same two
+//   success_cb_ns  coretry_token_cb (async_retry, token attempt, callback handler)
+//                                              vs callback (hand-written with handlers, no
+//                                              coroutine)
 //   timeout_ns     coretry_timeout, coretry_timeout_shared
 //                                              vs or_timer (`op() || timer.async_wait()`)
 //   jitter_ns      coretry_full                vs mt19937_64 (+ uniform_real_distribution)
@@ -28,10 +33,12 @@
 #include <atomic>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
 
+#include "callback_retry.hpp"
 #include "harness.hpp"
 
 using namespace std::chrono_literals;
@@ -68,6 +75,35 @@ template <class Body> double time_awaits(long calls, Body body) {
 }
 
 const coretry::retry_policy plain_policy{};
+
+/// One scheduler round trip as a token-based operation: `void(int)` on the handler's executor.
+struct round_trip_token {
+  template <class Token> auto operator()(Token&& token) const {
+    return asio::async_initiate<Token, void(int)>(
+        [](auto handler) {
+          auto ex = asio::get_associated_executor(handler);
+          asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(1); });
+        },
+        token);
+  }
+};
+
+/// Nanoseconds per call of `start(done)` run `calls` times one after the other, each started
+/// from the previous one's completion handler: no coroutine on this side.
+template <class Start> double time_callbacks(long calls, Start start) {
+  asio::io_context io(1);
+  long left = calls;
+  std::function<void(std::error_code, int)> next;
+  next = [&](std::error_code, int v) {
+    sink = sink + v;
+    if (--left > 0)
+      start(io.get_executor(), next);
+  };
+  const auto t0 = cb::steady::now();
+  start(io.get_executor(), next);
+  io.run();
+  return cb::seconds_since(t0) * 1e9 / double(calls);
+}
 const coretry::retry_policy timeout_policy{.attempt_timeout = 10s};
 const coretry::shared_policy shared_plain_policy{{}};
 const coretry::shared_policy shared_timeout_policy{{.attempt_timeout = 10s}};
@@ -177,6 +213,27 @@ int main(int argc, char** argv) try {
     put("success_ns", "coretry_counted", [&] {
       return time_awaits(calls,
                          [] { return coretry::retry_async(one_round_trip, counted_policy); });
+    });
+    put("success_ns", "coretry_token", [&] {
+      return time_awaits(calls,
+                         [] { return coretry::retry_async(round_trip_token{}, plain_policy); });
+    });
+    put("success_cb_ns", "callback", [&] {
+      return time_callbacks(calls, [](const asio::io_context::executor_type& ex, auto& done) {
+        cb::start_callback_retry(
+            ex, [ex](auto handler) { cb::post_result(ex, std::error_code{}, std::move(handler)); },
+            done, 3, 100ms);
+      });
+    });
+    put("success_cb_ns", "coretry_token_cb", [&] {
+      return time_callbacks(calls, [](const asio::io_context::executor_type& ex, auto& done) {
+        coretry::async_retry(
+            ex,
+            [ex](auto&& token) {
+              return cb::post_result(ex, std::error_code{}, std::forward<decltype(token)>(token));
+            },
+            plain_policy, done);
+      });
     });
     put("timeout_ns", "or_timer", [&] { return time_awaits(timed_calls, or_timer); });
     put("timeout_ns", "coretry_timeout", [&] {

@@ -16,6 +16,10 @@
 //                   not cancellable, so no cancel_s
 //   bare_catch      the same after throwing and catching one std::system_error
 //   bare_signal     bare plus one cancellation_signal each, emitted one by one to cancel all
+//   coretry_token   retry loop, the attempt is a token-based operation (an initiating function)
+//                   failing through a post; one group token cancels all
+//   callback        the same retry by hand, with completion handlers and a steady_timer (no
+//                   coroutine); not cancellable, so no cancel_s
 //
 // --mode=accuracy: `count` sleeps with delays drawn uniformly over [window, 2 window), all
 // started at once (no sleep is due before every one has started); prints how late each one
@@ -41,6 +45,7 @@
 #include <tuple>
 #include <vector>
 
+#include "callback_retry.hpp"
 #include "harness.hpp"
 
 using namespace std::chrono_literals;
@@ -102,6 +107,29 @@ int run_sleep(const std::string& variant, long n) {
       asio::co_spawn(io, bare_sleeper(&c.started),
                      asio::bind_cancellation_slot(signals[static_cast<std::size_t>(i)].slot(),
                                                   [&c](std::exception_ptr) { ++c.completed; }));
+  } else if (variant == "callback") {
+    cancellable = false;
+    const auto ex = io.get_executor();
+    for (long i = 0; i < n; ++i)
+      cb::start_callback_retry(
+          ex,
+          [&c, ex](auto handler) {
+            ++c.started;
+            cb::post_result(ex, make_error_code(std::errc::connection_refused), std::move(handler));
+          },
+          [&c](std::error_code, int) { ++c.completed; }, 2, 1h);
+  } else if (variant == "coretry_token") {
+    const auto policy = sleep_policy(source);
+    const auto ex = io.get_executor();
+    for (long i = 0; i < n; ++i)
+      coretry::async_retry(
+          ex,
+          [&c, ex](auto&& token) {
+            ++c.started;
+            return cb::post_result(ex, make_error_code(std::errc::connection_refused),
+                                   std::forward<decltype(token)>(token));
+          },
+          policy, [&c](std::error_code, int) { ++c.completed; });
   } else if (variant == "coretry") {
     const auto policy = sleep_policy(source);
     for (long i = 0; i < n; ++i)

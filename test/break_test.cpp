@@ -970,3 +970,167 @@ TEST_CASE(
     CHECK(c.aborted->load() == n);
   }
 }
+
+// --- Token-based and deferred attempts (issue 20): the same exactly-once under fire -----------
+
+namespace {
+
+/// The attempt shapes, each failing, succeeding or hanging until cancelled (on a timer of its
+/// own per attempt, kept alive by the handler it completes).
+enum class outcome { fail, ok, hang };
+
+struct token_attempt {
+  asio::any_io_executor ex;
+  outcome what;
+  template <class Token> auto operator()(Token&& token) const {
+    return asio::async_initiate<Token, void(coretry::test::error_code, int)>(
+        [ex = ex, what = what](auto handler) {
+          auto hex = asio::get_associated_executor(handler, ex);
+          if (what != outcome::hang) {
+            const std::error_code ec = what == outcome::fail
+                                           ? make_error_code(std::errc::connection_refused)
+                                           : std::error_code{};
+            asio::post(hex, [h = std::move(handler), ec]() mutable {
+              std::move(h)(coretry::detail::to_asio_error(ec), 1);
+            });
+            return;
+          }
+          auto t = std::make_shared<asio::steady_timer>(ex, std::chrono::hours(1));
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          t->async_wait(asio::bind_cancellation_slot(
+              slot, asio::bind_executor(
+                        hex, [t, h = std::move(handler)](coretry::test::error_code ec) mutable {
+                          std::move(h)(ec, 0);
+                        })));
+        },
+        token);
+  }
+};
+
+/// `op(attempt_context&, token)`.
+struct context_token_attempt {
+  token_attempt inner;
+  template <class Token> auto operator()(coretry::attempt_context&, Token&& token) const {
+    return inner(std::forward<Token>(token));
+  }
+};
+
+/// `op()` returning a deferred operation.
+struct deferred_attempt {
+  token_attempt inner;
+  auto operator()() const { return inner(coretry::test::deferred); }
+};
+
+/// Starts one operation of front end `front` (0 async_retry, 1 retry_async, 2 async_hedge,
+/// 3 hedge_async) with attempt `op` on `ex`, reporting to `c`.
+template <class Executor, class Op>
+void start_front(int front, const Executor& ex, Op op, const retry_policy& p, counted c) {
+  const coretry::hedge_options h{.delay = std::chrono::microseconds(50)};
+  auto to_counted = [c](std::exception_ptr e, int v) {
+    std::error_code ec;
+    try {
+      if (e)
+        std::rethrow_exception(e);
+    } catch (const std::system_error& x) {
+      ec = x.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+    } catch (const coretry::test::system_error& x) {
+      ec = x.code();
+#endif
+    } catch (...) {
+      ec = make_error_code(std::errc::invalid_argument);
+    }
+    c(ec, v);
+  };
+  switch (front) {
+  case 0:
+    coretry::async_retry(ex, std::move(op), p, c);
+    break;
+  case 1:
+    asio::co_spawn(ex, coretry::retry_async(std::move(op), p), to_counted);
+    break;
+  case 2:
+    coretry::async_hedge(ex, std::move(op), p, h, c);
+    break;
+  default:
+    asio::co_spawn(ex, coretry::hedge_async(std::move(op), p, h), to_counted);
+    break;
+  }
+}
+
+template <class Executor>
+void start_shaped(int i, const Executor& ex, asio::any_io_executor io_ex, const retry_policy& p,
+                  counted c) {
+  const token_attempt base{io_ex, static_cast<outcome>(i % 3)};
+  const int front = (i / 3) % 4;
+  switch ((i / 12) % 3) {
+  case 0:
+    start_front(front, ex, base, p, c);
+    break;
+  case 1:
+    start_front(front, ex, context_token_attempt{base}, p, c);
+    break;
+  default:
+    start_front(front, ex, deferred_attempt{base}, p, c);
+    break;
+  }
+}
+
+} // namespace
+
+TEST_CASE("break-shapes: token and deferred attempts on every front end, cancelled from a third "
+          "thread while 2-thread io_contexts start, finish and sleep them") {
+  for (int round = 0; round < 20; ++round) {
+    asio::io_context io(2);
+    auto work = asio::make_work_guard(io);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i)
+      threads.emplace_back([&] { io.run(); });
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+    p.cancellation = source.token();
+    if (round % 2)
+      p.attempt_timeout = std::chrono::microseconds(200 + 50 * (round % 5));
+    counted c;
+    constexpr int ops = 72; // every shape, front end and outcome twice
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(40 * (round % 8)));
+      source.cancel();
+    });
+    auto strand = asio::make_strand(io);
+    for (int i = 0; i < ops; ++i) {
+      if (i % 2)
+        start_shaped(i / 2 + (ops / 2) * (i % 2), strand, io.get_executor(), p, c);
+      else
+        start_shaped(i / 2, io.get_executor(), io.get_executor(), p, c);
+    }
+    canceller.join();
+    work.reset();
+    for (auto& t : threads)
+      t.join();
+    CHECK(c.calls->load() == ops);
+  }
+}
+
+TEST_CASE("break-shapes: io_context destroyed with token and deferred attempts in flight, asleep "
+          "and being cancelled from another thread: each completes at most once, nothing leaks") {
+  for (int round = 0; round < 20; ++round) {
+    counted c;
+    constexpr int ops = 36;
+    coretry::cancellation_source source;
+    {
+      asio::io_context io(2);
+      retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+      if (round % 2)
+        p.cancellation = source.token();
+      for (int i = 0; i < ops; ++i)
+        start_shaped(i, io.get_executor(), io.get_executor(), p, c);
+      std::thread t([&] { io.run_for(std::chrono::microseconds(100 * (round % 4))); });
+      if (round % 2)
+        source.cancel(); // while the other thread runs the context
+      t.join();
+      // The context is destroyed here, after cancel() has returned, with whatever is left.
+    }
+    CHECK(c.calls->load() <= ops);
+  }
+}

@@ -283,6 +283,43 @@ struct scripted {
   }
 };
 
+/// The same script as a token-based attempt: a wait on the manual clock whose handler keeps the
+/// attempt's cancellation slot (the attempt timer and the caller's cancel reach it there).
+struct scripted_token {
+  const scenario* s;
+  std::vector<nanoseconds>* starts;
+  std::vector<std::unique_ptr<manual_timer>>* timers; // outlive every wait
+  asio::io_context* io;
+  template <class Token> auto operator()(Token&& token) {
+    const attempt_script a = s->attempts.at(starts->size());
+    starts->push_back(manual_clock::now().time_since_epoch());
+    timers->push_back(std::make_unique<manual_timer>(io->get_executor()));
+    manual_timer* timer = timers->back().get();
+    timer->expires_after(a.k == kind::hang ? nanoseconds(24h) : nanoseconds(a.after));
+    return asio::async_initiate<Token, void(coretry::test::error_code, int)>(
+        [timer, a](auto handler) {
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          auto ex = asio::get_associated_executor(handler);
+          timer->async_wait(asio::bind_cancellation_slot(
+              slot,
+              asio::bind_executor(ex, [a, h = std::move(handler)](std::error_code ec) mutable {
+                if (!ec && a.k == kind::retryable)
+                  ec = retryable_error;
+                else if (!ec && a.k == kind::permanent)
+                  ec = permanent_error;
+                std::move(h)(coretry::detail::to_asio_error(ec), ec ? 0 : 7);
+              })));
+        },
+        token);
+  }
+};
+
+/// The same, as an attempt returning a deferred operation.
+struct scripted_deferred {
+  scripted_token inner;
+  auto operator()() { return inner(coretry::test::deferred); }
+};
+
 /// Runs one operation; returns what went wrong, or an empty string.
 std::string run_one(std::uint64_t seed) {
   const scenario s(seed);
@@ -321,22 +358,39 @@ std::string run_one(std::uint64_t seed) {
       got = ec;
       ended = manual_clock::now().time_since_epoch();
     };
-    if (s.awaitable) {
-      asio::co_spawn(
-          io,
-          [&]() -> asio::awaitable<void> {
-            try {
-              (void)co_await coretry::retry_async<manual_timer>(scripted{&s, &starts}, p, stats);
-              done({});
-            } catch (const std::system_error& e) {
-              done(e.code());
-            }
-          },
-          asio::bind_cancellation_slot(cancel.slot(), [](std::exception_ptr) {}));
-    } else {
-      coretry::async_retry<manual_timer>(
-          io.get_executor(), scripted{&s, &starts}, p, stats,
-          asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec, int) { done(ec); }));
+    std::vector<std::unique_ptr<manual_timer>> timers;
+    // Each front end with each attempt shape, chosen by the seed apart from the scenario.
+    auto launch = [&](auto op) {
+      if (s.awaitable) {
+        asio::co_spawn(
+            io,
+            [&, op]() -> asio::awaitable<void> { // `op` dies with this call: copied
+              try {
+                (void)co_await coretry::retry_async<manual_timer>(op, p, stats);
+                done({});
+              } catch (const std::system_error& e) {
+                done(e.code());
+              }
+            },
+            asio::bind_cancellation_slot(cancel.slot(), [](std::exception_ptr) {}));
+      } else {
+        coretry::async_retry<manual_timer>(
+            io.get_executor(), op, p, stats,
+            asio::bind_cancellation_slot(cancel.slot(),
+                                         [&](std::error_code ec, int) { done(ec); }));
+      }
+    };
+    const scripted_token token_op{&s, &starts, &timers, &io};
+    switch (seed % 3) {
+    case 0:
+      launch(scripted{&s, &starts});
+      break;
+    case 1:
+      launch(token_op);
+      break;
+    default:
+      launch(scripted_deferred{token_op});
+      break;
     }
     // The cancellation is a wait on the manual clock like any other, so that stepping from one
     // wait to the next runs everything due before it first.

@@ -9,7 +9,15 @@
 ///   `std::system_error`, whose code goes to the policy's predicates; or
 /// - `asio::awaitable<std::tuple<std::error_code, T>>` (or `std::tuple<std::error_code>`), the
 ///   `as_tuple` idiom, and fails by returning a non-empty code: no exception is thrown anywhere,
-///   which is much cheaper when failures are common. The operation's result type is then `T`.
+///   which is much cheaper when failures are common. The operation's result type is then `T`;
+/// - or, without a coroutine: an initiating function taking a completion token, called as
+///   `op(attempt_context&, token)` or `op(token)` and returning what the initiation returns
+///   (`[&](auto&& token) { return sock.async_read_some(buf, std::move(token)); }`), or a function
+///   returning a `deferred` operation. It fails by completing with a non-empty error code; its
+///   completion signature `void(error_code, T...)`, `void(std::exception_ptr, T...)` or
+///   `void(T...)` gives the result type (several values: `std::tuple<T...>`). Timeouts and
+///   cancellation reach it through its bound cancellation slot (docs/core.md, "Attempts of every
+///   shape").
 ///
 /// **Exceptions: one rule for every front end.** A `std::system_error` thrown by an attempt is
 /// that attempt's error, like a returned code. Anything else thrown by an attempt, and anything

@@ -81,6 +81,49 @@ struct chaos_op {
   }
 };
 
+/// The same draws as a token-based attempt (an initiating function): every outcome arrives by
+/// value through a post, or, hanging, when the attempt's slot cancels its timer.
+struct chaos_token_op {
+  std::shared_ptr<record> rec;
+  std::uint64_t seed;
+  int attempt = 0;
+  template <class Token> auto operator()(Token&& token) {
+    if (rec->completions.load() != 0)
+      rec->late_attempts.fetch_add(1);
+    coretry::fast_rng rng(seed + static_cast<std::uint64_t>(++attempt) * 0x9e37u);
+    const auto draw = rng() % 10;
+    return asio::async_initiate<Token, void(coretry::test::error_code, int)>(
+        [draw](auto handler) {
+          auto ex = asio::get_associated_executor(handler);
+          if (draw < 8) {
+            const std::error_code ec = draw < 3   ? std::error_code{}
+                                       : draw < 7 ? make_error_code(std::errc::connection_reset)
+                                                  : make_error_code(std::errc::permission_denied);
+            asio::post(ex, [h = std::move(handler), ec]() mutable {
+              std::move(h)(coretry::detail::to_asio_error(ec), ec ? 0 : 1);
+            });
+            return;
+          }
+          auto t = std::make_shared<asio::steady_timer>(ex, std::chrono::hours(1));
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          t->async_wait(asio::bind_cancellation_slot(
+              slot, asio::bind_executor(ex, [t, h = std::move(handler)](
+                                                coretry::test::error_code ec) mutable {
+                std::move(h)(
+                    ec ? ec : coretry::detail::to_asio_error(make_error_code(std::errc::timed_out)),
+                    0);
+              })));
+        },
+        token);
+  }
+};
+
+/// The same as an attempt returning a deferred operation.
+struct chaos_deferred_op {
+  chaos_token_op inner;
+  auto operator()() { return inner(coretry::test::deferred); }
+};
+
 /// Owns a handler's bookkeeping: counts one completion, or one destruction uncalled.
 struct completion_guard {
   std::shared_ptr<record> rec;
@@ -184,84 +227,98 @@ TEST_CASE("chaos: every operation completes exactly once, whatever happens aroun
       if (p.attempt_timeout == coretry::unlimited && p.deadline == coretry::unlimited &&
           !p.cancellation.can_be_cancelled())
         p.attempt_timeout = 2ms; // something must end a hanging attempt
-      chaos_op op{rec, rng()};
       completion_guard g{rec, &stats};
       auto ex = io->get_executor();
       const auto f = static_cast<front>(rng() % int(front::count));
-      switch (f) {
-      case front::awaitable:
-        asio::co_spawn(
-            ex,
-            [op, p, g]() mutable -> asio::awaitable<void> {
-              std::error_code ec;
-              try {
-                co_await coretry::retry_async(std::move(op), std::move(p));
-              } catch (const std::system_error& e) {
-                ec = e.code();
-              }
-              g.complete(ec);
-            },
-            asio::detached);
+      // Every front end with every attempt shape: awaitable, token-based, deferred.
+      auto start = [&](auto op) {
+        switch (f) {
+        case front::awaitable:
+          asio::co_spawn(
+              ex,
+              [op, p, g]() mutable -> asio::awaitable<void> {
+                std::error_code ec;
+                try {
+                  co_await coretry::retry_async(std::move(op), std::move(p));
+                } catch (const std::system_error& e) {
+                  ec = e.code();
+                }
+                g.complete(ec);
+              },
+              asio::detached);
+          break;
+        case front::callback:
+          coretry::async_retry(ex, op, p, [g](std::error_code ec, int) { g.complete(ec); });
+          break;
+        case front::future:
+          futures.push_back(coretry::async_retry(
+              ex, op, p, asio::bind_executor(ex, asio::use_future([g](std::error_code ec, int v) {
+                                               g.complete(ec);
+                                               return v;
+                                             }))));
+          break;
+        case front::use_awaitable:
+          asio::co_spawn(
+              ex,
+              [ex, op, p, g]() mutable -> asio::awaitable<void> {
+                auto [ec, v] =
+                    co_await coretry::async_retry(ex, std::move(op), std::move(p),
+                                                  coretry::detail::as_tuple(asio::use_awaitable));
+                (void)v;
+                g.complete(ec);
+              },
+              asio::detached);
+          break;
+        case front::slot: {
+          // The slot is emitted on the strand the handler runs on, as Asio requires.
+          auto strand = asio::make_strand(ex);
+          auto sig = std::make_shared<asio::cancellation_signal>();
+          coretry::async_retry(
+              ex, op, p,
+              asio::bind_cancellation_slot(
+                  sig->slot(), asio::bind_executor(
+                                   strand, [g, sig](std::error_code ec, int) { g.complete(ec); })));
+          signals.push_back(sig);
+          signal_strands.push_back(strand);
+          break;
+        }
+        case front::race: {
+          auto strand = asio::make_strand(ex);
+          asio::co_spawn(
+              strand,
+              [op, p, g]() mutable -> asio::awaitable<void> {
+                asio::steady_timer t(co_await asio::this_coro::executor,
+                                     std::chrono::microseconds(300));
+                std::error_code ec;
+                try {
+                  auto r = co_await (coretry::retry_async(std::move(op), std::move(p)) ||
+                                     t.async_wait(asio::use_awaitable));
+                  if (r.index() == 1)
+                    ec = coretry::test::operation_aborted; // the timer won: the retry was cancelled
+                } catch (const std::system_error& e) {
+                  ec = e.code();
+                } catch (...) {
+                  // || reports an outer cancellation as parallel_group's multiple_exceptions.
+                  ec = coretry::test::operation_aborted;
+                }
+                g.complete(ec);
+              },
+              asio::detached);
+          break;
+        }
+        default:
+          break;
+        }
+      };
+      switch (rng() % 3) {
+      case 0:
+        start(chaos_op{rec, rng()});
         break;
-      case front::callback:
-        coretry::async_retry(ex, op, p, [g](std::error_code ec, int) { g.complete(ec); });
+      case 1:
+        start(chaos_token_op{rec, rng()});
         break;
-      case front::future:
-        futures.push_back(coretry::async_retry(
-            ex, op, p, asio::bind_executor(ex, asio::use_future([g](std::error_code ec, int v) {
-                                             g.complete(ec);
-                                             return v;
-                                           }))));
-        break;
-      case front::use_awaitable:
-        asio::co_spawn(
-            ex,
-            [ex, op, p, g]() mutable -> asio::awaitable<void> {
-              auto [ec, v] = co_await coretry::async_retry(
-                  ex, std::move(op), std::move(p), coretry::detail::as_tuple(asio::use_awaitable));
-              (void)v;
-              g.complete(ec);
-            },
-            asio::detached);
-        break;
-      case front::slot: {
-        // The slot is emitted on the strand the handler runs on, as Asio requires.
-        auto strand = asio::make_strand(ex);
-        auto sig = std::make_shared<asio::cancellation_signal>();
-        coretry::async_retry(
-            ex, op, p,
-            asio::bind_cancellation_slot(
-                sig->slot(), asio::bind_executor(
-                                 strand, [g, sig](std::error_code ec, int) { g.complete(ec); })));
-        signals.push_back(sig);
-        signal_strands.push_back(strand);
-        break;
-      }
-      case front::race: {
-        auto strand = asio::make_strand(ex);
-        asio::co_spawn(
-            strand,
-            [op, p, g]() mutable -> asio::awaitable<void> {
-              asio::steady_timer t(co_await asio::this_coro::executor,
-                                   std::chrono::microseconds(300));
-              std::error_code ec;
-              try {
-                auto r = co_await (coretry::retry_async(std::move(op), std::move(p)) ||
-                                   t.async_wait(asio::use_awaitable));
-                if (r.index() == 1)
-                  ec = coretry::test::operation_aborted; // the timer won: the retry was cancelled
-              } catch (const std::system_error& e) {
-                ec = e.code();
-              } catch (...) {
-                // || reports an outer cancellation as parallel_group's multiple_exceptions.
-                ec = coretry::test::operation_aborted;
-              }
-              g.complete(ec);
-            },
-            asio::detached);
-        break;
-      }
       default:
+        start(chaos_deferred_op{chaos_token_op{rec, rng()}});
         break;
       }
       if (rng() % 16 == 0)

@@ -392,24 +392,15 @@ private:
   }
 
   static asio::awaitable<void> run_attempt(self_ptr s, slot* sl) {
-    constexpr bool error_as_value = awaitable_traits<op_awaitable_t<Op>>::error_as_value;
+    using shape = attempt_shape<Op>; // attempt_shape.hpp
     hedge_outcome<T> out;
     attempt_context ctx(sl->number);
     try {
-      if constexpr (error_as_value) {
-        auto r = co_await call_op(s->op(), ctx);
-        out.error = std::get<0>(r);
-        if (!out.error) {
-          if constexpr (std::is_void_v<T>)
-            out.value.emplace();
-          else
-            out.value.emplace(std::move(std::get<1>(r)));
-        }
-      } else if constexpr (std::is_void_v<T>) {
-        co_await call_op(s->op(), ctx);
+      if constexpr (shape::awaits_void) {
+        co_await shape::start(s->op(), ctx);
         out.value.emplace();
       } else {
-        out.value.emplace(co_await call_op(s->op(), ctx));
+        shape::take(out, co_await shape::start(s->op(), ctx));
       }
     } catch (const std::system_error& e) {
       out.error = e.code();

@@ -10,6 +10,7 @@
 
 #include <coretry/attempt.hpp>
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/attempt_shape.hpp>
 #include <coretry/detail/reservation.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
@@ -34,50 +35,6 @@ static_assert(static_cast<int>(attempt_kind::neutral) ==
                   static_cast<int>(attempt_outcome::not_retried) &&
               static_cast<int>(attempt_kind::abandoned) ==
                   static_cast<int>(attempt_outcome::abandoned));
-
-// --- What an operation returns ---------------------------------------------------------------
-
-template <class Op> decltype(auto) call_op(Op& op, attempt_context& ctx) {
-  if constexpr (std::is_invocable_v<Op&, attempt_context&>)
-    return op(ctx);
-  else
-    return op();
-}
-
-/// An attempt returns `awaitable<T>` and fails by throwing `std::system_error`, or returns
-/// `awaitable<std::tuple<std::error_code, T>>` (or `awaitable<std::tuple<std::error_code>>`), the
-/// `as_tuple` idiom, and fails by value: no exception on any path.
-template <class A> struct awaitable_traits {
-  static_assert(sizeof(A) == 0, "coretry: the operation must return asio::awaitable<T>");
-};
-template <class T, class Executor> struct awaitable_traits<asio::awaitable<T, Executor>> {
-  using value_type = T;
-  static constexpr bool error_as_value = false;
-};
-template <class T, class Executor>
-struct awaitable_traits<asio::awaitable<std::tuple<std::error_code, T>, Executor>> {
-  using value_type = T;
-  static constexpr bool error_as_value = true;
-};
-template <class Executor>
-struct awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> {
-  using value_type = void;
-  static constexpr bool error_as_value = true;
-};
-#if CORETRY_ASIO_BOOST
-// Boost.Asio's `as_tuple` carries boost::system::error_code.
-template <class T, class Executor>
-struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code, T>, Executor>>
-    : awaitable_traits<asio::awaitable<std::tuple<std::error_code, T>, Executor>> {};
-template <class Executor>
-struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code>, Executor>>
-    : awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> {};
-#endif
-
-template <class Op>
-using op_awaitable_t =
-    std::decay_t<decltype(call_op(std::declval<Op&>(), std::declval<attempt_context&>()))>;
-template <class Op> using op_result_t = typename awaitable_traits<op_awaitable_t<Op>>::value_type;
 
 struct no_value {};
 template <class T> using stored_t = std::conditional_t<std::is_void_v<T>, no_value, T>;
@@ -178,7 +135,7 @@ asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
 retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control control) {
   const retry_policy& policy = policy_of(held);
   constexpr bool controlled = !std::is_same_v<Control, std::nullptr_t>;
-  constexpr bool error_as_value = awaitable_traits<op_awaitable_t<Op>>::error_as_value;
+  using shape = attempt_shape<Op>; // how an attempt is started and awaited (attempt_shape.hpp)
   using clock = typename Timer::clock_type;
   using exit = loop_exit<T>;
 
@@ -264,20 +221,11 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
       if constexpr (controlled)
         control->start_attempt(sched.attempt_limit(attempt_start, by_deadline));
       try {
-        if constexpr (error_as_value) {
-          auto r = co_await call_op(op, ctx);
-          result.error = std::get<0>(r);
-          if (!result.error) {
-            if constexpr (std::is_void_v<T>)
-              result.value.emplace();
-            else
-              result.value.emplace(std::move(std::get<1>(r)));
-          }
-        } else if constexpr (std::is_void_v<T>) {
-          co_await call_op(op, ctx);
+        if constexpr (shape::awaits_void) {
+          co_await shape::start(op, ctx);
           result.value.emplace();
         } else {
-          result.value.emplace(co_await call_op(op, ctx));
+          shape::take(result, co_await shape::start(op, ctx));
         }
       } catch (const std::system_error& e) {
         result.error = e.code();

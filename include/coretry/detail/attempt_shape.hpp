@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+// What an attempt is, and how a loop awaits its outcome: the one adapter between the loops
+// (retry_loop.hpp, hedge_op.hpp) and the shapes of attempt Asio code is written in. Private:
+// include <coretry/retry.hpp> or <coretry/hedge.hpp>.
+//
+// The shape is chosen at compile time, in this order:
+// 1. `op(attempt_context&, token)` or `op(token)`: an initiating function (or a `deferred`
+//    operation, which is one) taking a completion token. The loop passes
+//    `as_tuple(use_awaitable)`, so the operation is bound to the loop coroutine's cancellation
+//    slot exactly as Asio's own operations are, and fails by value, never by exception.
+// 2. `op(attempt_context&)` or `op()` returning `asio::awaitable<T>` (fails by throwing
+//    `std::system_error`) or `asio::awaitable<std::tuple<error_code[, T]>>` (fails by value).
+// 3. `op(attempt_context&)` or `op()` returning a `deferred` operation (anything callable with a
+//    completion token): initiated as in 1.
+// A token-based attempt's completion signature gives its result type: `void(error_code, T...)`,
+// `void(exception_ptr, T...)` or `void(T...)`; no argument after the error is `void`, one is
+// `T`, several are `std::tuple<T...>`. `error_code` is `std::error_code` or the flavour's.
+
+#include <coretry/attempt.hpp>
+#include <coretry/detail/asio.hpp>
+
+#include <cstddef>
+#include <exception>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace coretry::detail {
+
+template <class Op> decltype(auto) call_op(Op& op, attempt_context& ctx) {
+  if constexpr (std::is_invocable_v<Op&, attempt_context&>)
+    return op(ctx);
+  else
+    return op();
+}
+
+/// An awaitable attempt returns `awaitable<T>` and fails by throwing `std::system_error`, or
+/// returns `awaitable<std::tuple<std::error_code, T>>` (or `awaitable<std::tuple<std::error_code>>`),
+/// the `as_tuple` idiom, and fails by value: no exception on any path.
+template <class A> struct awaitable_traits {
+  static_assert(sizeof(A) == 0, "coretry: the operation must return asio::awaitable<T>");
+};
+template <class T, class Executor> struct awaitable_traits<asio::awaitable<T, Executor>> {
+  using value_type = T;
+  static constexpr bool error_as_value = false;
+};
+template <class T, class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<std::error_code, T>, Executor>> {
+  using value_type = T;
+  static constexpr bool error_as_value = true;
+};
+template <class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> {
+  using value_type = void;
+  static constexpr bool error_as_value = true;
+};
+#if CORETRY_ASIO_BOOST
+// Boost.Asio's `as_tuple` carries boost::system::error_code.
+template <class T, class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code, T>, Executor>>
+    : awaitable_traits<asio::awaitable<std::tuple<std::error_code, T>, Executor>> {};
+template <class Executor>
+struct awaitable_traits<asio::awaitable<std::tuple<asio_error_code>, Executor>>
+    : awaitable_traits<asio::awaitable<std::tuple<std::error_code>, Executor>> {};
+#endif
+
+template <class A> struct is_awaitable : std::false_type {};
+template <class T, class Executor>
+struct is_awaitable<asio::awaitable<T, Executor>> : std::true_type {
+  using awaited_type = T;
+};
+
+/// The completion token a loop initiates a token-based attempt with.
+using attempt_token_t = decltype(coretry::detail::as_tuple(asio::use_awaitable));
+inline attempt_token_t attempt_token() noexcept {
+  return coretry::detail::as_tuple(asio::use_awaitable);
+}
+
+enum class attempt_form { awaitable, token, token_with_context, deferred, invalid };
+
+template <class Op> constexpr attempt_form call_form_of() noexcept {
+  if constexpr (std::is_invocable_v<Op&, attempt_context&> || std::is_invocable_v<Op&>) {
+    using R =
+        std::decay_t<decltype(call_op(std::declval<Op&>(), std::declval<attempt_context&>()))>;
+    if constexpr (is_awaitable<R>::value)
+      return attempt_form::awaitable;
+    else if constexpr (std::is_invocable_v<R, attempt_token_t>)
+      return attempt_form::deferred;
+    else
+      return attempt_form::invalid;
+  } else {
+    return attempt_form::invalid;
+  }
+}
+
+template <class Op> constexpr attempt_form form_of() noexcept {
+  // Token forms first: asking whether a generic `[](auto&& token)` takes an attempt_context
+  // would instantiate its body with one, a hard error.
+  if constexpr (std::is_invocable_v<Op&, attempt_context&, attempt_token_t>) {
+    return attempt_form::token_with_context;
+  } else if constexpr (std::is_invocable_v<Op&, attempt_token_t>) {
+    // Also `[](auto&& x) -> awaitable<T>`, which takes anything: an awaitable attempt names its
+    // parameter `attempt_context&` (or `auto&`).
+    return attempt_form::token;
+  } else {
+    return call_form_of<Op>();
+  }
+}
+
+template <class E>
+inline constexpr bool is_error_code_v =
+    std::is_same_v<E, std::error_code> || std::is_same_v<E, asio_error_code>;
+
+/// The value of `std::tuple<V...>`: nothing is `void`, one is itself, several a tuple.
+template <class... V> struct values_of { using type = std::tuple<V...>; };
+template <> struct values_of<> { using type = void; };
+template <class V> struct values_of<V> { using type = V; };
+
+/// What a token-based attempt completes with (`as_tuple` gives every argument in a tuple).
+template <class A> struct completion_traits {
+  static_assert(sizeof(A) == 0,
+                "coretry: a token-based attempt must complete with one signature, "
+                "void(error_code, T...), void(std::exception_ptr, T...) or void(T...)");
+};
+template <class... A> struct completion_traits<std::tuple<A...>> {
+  static constexpr bool error_first = false;
+  static constexpr bool exception_first = false;
+  using value_type = typename values_of<A...>::type;
+};
+template <class E, class... A> struct completion_traits<std::tuple<E, A...>> {
+  static constexpr bool error_first = is_error_code_v<E>;
+  static constexpr bool exception_first = std::is_same_v<E, std::exception_ptr>;
+  using value_type =
+      std::conditional_t<error_first || exception_first, typename values_of<A...>::type,
+                         typename values_of<E, A...>::type>;
+};
+
+template <class Op, attempt_form K = form_of<Op>()> struct attempt_shape {
+  static_assert(K != attempt_form::invalid,
+                "coretry: an attempt must be callable as op() or op(attempt_context&) returning "
+                "asio::awaitable<T> or a deferred operation, or as op(token) or "
+                "op(attempt_context&, token) starting an asynchronous operation with that "
+                "completion token and returning what the initiating function returns");
+  using value_type = void;
+  static constexpr bool awaits_void = true;
+};
+
+/// An awaitable attempt.
+template <class Op> struct attempt_shape<Op, attempt_form::awaitable> {
+  using awaitable_type =
+      std::decay_t<decltype(call_op(std::declval<Op&>(), std::declval<attempt_context&>()))>;
+  using traits = awaitable_traits<awaitable_type>;
+  using value_type = typename traits::value_type;
+  static constexpr bool awaits_void = !traits::error_as_value && std::is_void_v<value_type>;
+
+  static awaitable_type start(Op& op, attempt_context& ctx) { return call_op(op, ctx); }
+
+  /// Writes the awaited outcome `r` into `out` (`error`, `value`).
+  template <class Out, class R> static void take(Out& out, R&& r) {
+    if constexpr (traits::error_as_value) {
+      out.error = std::get<0>(r);
+      if (!out.error) {
+        if constexpr (std::is_void_v<value_type>)
+          out.value.emplace();
+        else
+          out.value.emplace(std::move(std::get<1>(r)));
+      }
+    } else {
+      out.value.emplace(std::forward<R>(r));
+    }
+  }
+};
+
+/// A token-based attempt (an initiating function, or a deferred operation).
+template <class Op, attempt_form K> struct token_shape {
+  static auto start(Op& op, attempt_context& ctx) {
+    if constexpr (K == attempt_form::token_with_context)
+      return op(ctx, attempt_token());
+    else if constexpr (K == attempt_form::token)
+      return op(attempt_token());
+    else
+      return call_op(op, ctx)(attempt_token());
+  }
+  using awaitable_type = decltype(start(std::declval<Op&>(), std::declval<attempt_context&>()));
+  static_assert(
+      is_awaitable<awaitable_type>::value,
+      "coretry: a token-based attempt must return what the initiating function returns "
+      "for the token it is given (`return sock.async_read_some(buf, std::move(token));`)");
+  using completion = typename is_awaitable<awaitable_type>::awaited_type;
+  using traits = completion_traits<std::decay_t<completion>>;
+  using value_type = typename traits::value_type;
+  static constexpr bool awaits_void = false;
+
+  template <class Out, class... A, std::size_t... I>
+  static void emplace(Out& out, std::tuple<A...>& r, std::index_sequence<I...>) {
+    constexpr std::size_t skip = (traits::error_first || traits::exception_first) ? 1 : 0;
+    if constexpr (std::is_void_v<value_type>)
+      out.value.emplace();
+    else if constexpr (sizeof...(I) == 1)
+      out.value.emplace(std::move(std::get<skip + I>(r))...);
+    else
+      out.value.emplace(value_type(std::move(std::get<skip + I>(r))...));
+  }
+
+  template <class Out, class... A> static void take(Out& out, std::tuple<A...>&& r) {
+    constexpr std::size_t skip = (traits::error_first || traits::exception_first) ? 1 : 0;
+    if constexpr (traits::error_first) {
+      out.error = std::get<0>(r);
+      if (out.error)
+        return;
+    } else if constexpr (traits::exception_first) {
+      if (std::exception_ptr e = std::get<0>(r)) {
+        try {
+          std::rethrow_exception(std::move(e));
+        } catch (const std::system_error& x) {
+          out.error = x.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+        } catch (const asio_system_error& x) {
+          out.error = x.code();
+#endif
+        } catch (...) {
+          out.exception = std::current_exception();
+        }
+        return;
+      }
+    }
+    emplace(out, r, std::make_index_sequence<sizeof...(A) - skip>{});
+  }
+};
+template <class Op>
+struct attempt_shape<Op, attempt_form::token> : token_shape<Op, attempt_form::token> {};
+template <class Op>
+struct attempt_shape<Op, attempt_form::token_with_context>
+    : token_shape<Op, attempt_form::token_with_context> {};
+template <class Op>
+struct attempt_shape<Op, attempt_form::deferred> : token_shape<Op, attempt_form::deferred> {};
+
+/// The result type of the operation, whatever the attempt's shape.
+template <class Op> using op_result_t = typename attempt_shape<Op>::value_type;
+
+} // namespace coretry::detail

@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: BSL-1.0
+// Attempts of every Asio shape: initiating functions taking a completion token (with and without
+// the attempt_context), deferred operations, and the completion signatures they may have, on
+// every front end; per-attempt timeout and cancellation reaching them through their bound slot.
+#include <coretry/hedge.hpp>
+#include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
+
+#include <doctest/doctest.h>
+#include <support/asio.hpp>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+using namespace std::chrono_literals;
+using namespace coretry::test;
+using namespace coretry::testing;
+using coretry::retry_policy;
+
+namespace {
+
+const std::error_code refused = std::make_error_code(std::errc::connection_refused);
+
+/// A callback-style operation: completes, through a post, with the next scripted error and the
+/// attempt's number times ten. Signature `void(error_code, int)`.
+struct scripted_async {
+  asio::io_context& io;
+  std::vector<std::error_code> script;
+  int calls = 0;
+
+  template <class Token> auto operator()(Token&& token) {
+    const std::error_code ec =
+        calls < static_cast<int>(script.size()) ? script[calls] : std::error_code{};
+    const int n = ++calls;
+    return asio::async_initiate<Token, void(error_code, int)>(
+        [ec, n](auto handler, asio::io_context* io) {
+          asio::post(*io, [h = std::move(handler), ec, n]() mutable {
+            std::move(h)(coretry::detail::to_asio_error(ec), n * 10);
+          });
+        },
+        token, &io);
+  }
+};
+
+retry_policy quick(unsigned attempts) {
+  return {.max_attempts = attempts, .backoff = coretry::backoff::fixed(10ms)};
+}
+
+template <class T> struct seen {
+  int calls = 0;
+  std::error_code error;
+  std::optional<T> value;
+};
+
+} // namespace
+
+using coretry::detail::attempt_form;
+using coretry::detail::form_of;
+// The shape is told at compile time; anything else is refused by a static_assert.
+static_assert(form_of<decltype([](auto&& t) { return std::move(t); })>() == attempt_form::token);
+static_assert(
+    form_of<decltype([](coretry::attempt_context&, auto&& t) { return std::move(t); })>() ==
+    attempt_form::token_with_context);
+static_assert(form_of<decltype([]() -> asio::awaitable<int> { co_return 1; })>() ==
+              attempt_form::awaitable);
+static_assert(
+    form_of<decltype([](coretry::attempt_context&) -> asio::awaitable<void> { co_return; })>() ==
+    attempt_form::awaitable);
+static_assert(form_of<decltype([] { return 1; })>() == attempt_form::invalid);
+static_assert(form_of<int>() == attempt_form::invalid);
+
+TEST_CASE("async_retry takes an initiating function and a plain callback: no coroutine written") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_async op{io, {refused, refused}};
+  seen<int> out;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&](auto&& token) { return op(std::forward<decltype(token)>(token)); },
+      quick(5),
+      [&](error_code ec, int v) {
+        ++out.calls;
+        out.error = ec;
+        out.value = v;
+      });
+  REQUIRE(drive(io, [&] { return out.calls > 0; }));
+  CHECK(out.calls == 1);
+  CHECK(!out.error);
+  CHECK(out.value == 30);
+  CHECK(op.calls == 3);
+  CHECK(manual_clock::elapsed() == 20ms);
+}
+
+TEST_CASE("retry_async takes op(attempt_context&, token) and gives up with the last error") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_async op{io, {refused, refused, refused}};
+  std::vector<unsigned> numbers;
+  coretry::retry_stats stats;
+  seen<int> out;
+  asio::co_spawn(io,
+                 coretry::retry_async<manual_timer>(
+                     [&](coretry::attempt_context& ctx, auto&& token) {
+                       numbers.push_back(ctx.number());
+                       return op(std::forward<decltype(token)>(token));
+                     },
+                     quick(3), stats),
+                 [&](std::exception_ptr e, int) {
+                   ++out.calls;
+                   try {
+                     if (e)
+                       std::rethrow_exception(e);
+                   } catch (const std::system_error& x) {
+                     out.error = x.code();
+                   }
+                 });
+  REQUIRE(drive(io, [&] { return out.calls > 0; }));
+  CHECK(out.error == refused);
+  CHECK(numbers == std::vector<unsigned>{1, 2, 3});
+  CHECK(stats.attempts == 3);
+}
+
+TEST_CASE("a deferred operation, returned by the attempt or being it, is an attempt") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_async op{io, {refused}};
+  seen<int> out;
+  auto handler = [&](error_code ec, int v) {
+    ++out.calls;
+    out.error = ec;
+    out.value = v;
+  };
+  SUBCASE("returned") {
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [&] { return op(coretry::test::deferred); }, quick(3), handler);
+  }
+  manual_timer t(io.get_executor()); // outlives the operation
+  SUBCASE("being it") {
+    // A deferred operation is an initiating function; it may be started again and again.
+    auto wait = t.async_wait(coretry::test::deferred);
+    coretry::async_retry<manual_timer>(
+        io.get_executor(),
+        [&, wait](auto&& token) {
+          t.expires_after(5ms);
+          return wait(std::forward<decltype(token)>(token));
+        },
+        quick(3),
+        [&](error_code ec) {
+          ++out.calls;
+          out.error = ec;
+          out.value = 0;
+        });
+  }
+  REQUIRE(drive(io, [&] { return out.calls > 0; }));
+  CHECK(out.calls == 1);
+  CHECK(!out.error);
+  CHECK(out.value.has_value());
+}
+
+TEST_CASE("completion signatures: void(ec), void(T), void(ec, T, U) and void(exception_ptr, T)") {
+  manual_clock::reset();
+  asio::io_context io;
+  int calls = 0;
+  manual_timer t(io.get_executor()); // outlives the operation
+  SUBCASE("void(error_code) delivers void") {
+    std::optional<std::error_code> got;
+    coretry::async_retry<manual_timer>(
+        io.get_executor(),
+        [&](auto&& token) {
+          t.expires_after(1ms);
+          return t.async_wait(std::forward<decltype(token)>(token));
+        },
+        quick(2), [&](error_code ec) { got = ec; });
+    REQUIRE(drive(io, [&] { return got.has_value(); }));
+    CHECK(!*got);
+  }
+  SUBCASE("void(T) cannot fail") {
+    std::optional<std::string> got;
+    coretry::async_retry<manual_timer>(
+        io.get_executor(),
+        [&](auto&& token) {
+          ++calls;
+          return asio::async_initiate<decltype(token), void(std::string)>(
+              [&](auto h) { asio::post(io, [h = std::move(h)]() mutable { std::move(h)("x"); }); },
+              token);
+        },
+        quick(2),
+        [&](error_code ec, std::string v) {
+          CHECK(!ec);
+          got = v;
+        });
+    REQUIRE(drive(io, [&] { return got.has_value(); }));
+    CHECK(*got == "x");
+    CHECK(calls == 1);
+  }
+  SUBCASE("several values arrive as a tuple") {
+    std::optional<std::tuple<int, std::string>> got;
+    coretry::async_retry<manual_timer>(
+        io.get_executor(),
+        [&](auto&& token) {
+          const bool fail = calls++ == 0;
+          return asio::async_initiate<decltype(token), void(std::error_code, int, std::string)>(
+              [&, fail](auto h) {
+                asio::post(io, [h = std::move(h), fail]() mutable {
+                  std::move(h)(fail ? refused : std::error_code{}, 7, "seven");
+                });
+              },
+              token);
+        },
+        quick(2),
+        [&](error_code ec, std::tuple<int, std::string> v) {
+          CHECK(!ec);
+          got = std::move(v);
+        });
+    REQUIRE(drive(io, [&] { return got.has_value(); }));
+    CHECK(std::get<0>(*got) == 7);
+    CHECK(std::get<1>(*got) == "seven");
+    CHECK(calls == 2);
+  }
+  SUBCASE("an exception_ptr holding a system_error is the attempt's error") {
+    std::optional<std::error_code> got;
+    coretry::async_retry<manual_timer>(
+        io.get_executor(),
+        [&](auto&& token) {
+          ++calls;
+          return asio::async_initiate<decltype(token), void(std::exception_ptr, int)>(
+              [&](auto h) {
+                asio::post(io, [h = std::move(h)]() mutable {
+                  std::move(h)(std::make_exception_ptr(std::system_error(refused)), 0);
+                });
+              },
+              token);
+        },
+        quick(2), [&](error_code ec, int) { got = ec; });
+    REQUIRE(drive(io, [&] { return got.has_value(); }));
+    CHECK(*got == refused);
+    CHECK(calls == 2);
+  }
+}
+
+TEST_CASE("a token attempt is timed out through its bound slot: errc::attempt_timeout") {
+  manual_clock::reset();
+  asio::io_context io;
+  manual_timer t(io.get_executor());
+  int started = 0;
+  coretry::retry_stats stats;
+  std::optional<std::error_code> got;
+  auto policy = quick(2);
+  policy.attempt_timeout = 50ms;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(),
+      [&](auto&& token) {
+        ++started;
+        t.expires_after(1h); // never completes by itself: holds the attempt until cut
+        return t.async_wait(std::forward<decltype(token)>(token));
+      },
+      policy, stats, [&](error_code ec) { got = ec; });
+  REQUIRE(drive(io, [&] { return got.has_value(); }));
+  CHECK(started == 2);
+  CHECK(stats.last_error == coretry::errc::attempt_timeout);
+  CHECK(manual_clock::elapsed() == 110ms); // 50 + 10 + 50
+  CHECK(manual_clock::pending() == 0);     // both waits were cancelled, none left behind
+}
+
+TEST_CASE("a cancelled token attempt that completes with operation_aborted is cancelled") {
+  manual_clock::reset();
+  asio::io_context io;
+  manual_timer t(io.get_executor());
+  asio::cancellation_signal signal;
+  int started = 0;
+  int calls = 0;
+  std::error_code got;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(),
+      [&](auto&& token) {
+        ++started;
+        t.expires_after(1h);
+        return t.async_wait(std::forward<decltype(token)>(token));
+      },
+      quick(5), asio::bind_cancellation_slot(signal.slot(), [&](error_code ec) {
+        ++calls;
+        got = ec;
+      }));
+  io.poll();
+  REQUIRE(started == 1);
+  signal.emit(asio::cancellation_type::terminal);
+  io.restart();
+  io.poll();
+  CHECK(calls == 1);
+  CHECK(got == operation_aborted);
+  CHECK(started == 1); // never retried
+  CHECK(manual_clock::pending() == 0);
+}
+
+TEST_CASE("a group cancel from another thread reaches a token attempt; completes once") {
+  manual_clock::reset();
+  asio::io_context io;
+  manual_timer t(io.get_executor());
+  coretry::cancellation_source source;
+  std::atomic<int> started{0};
+  int calls = 0;
+  std::error_code got;
+  auto policy = quick(5);
+  policy.cancellation = source.token();
+  coretry::async_retry<manual_timer>(
+      io.get_executor(),
+      [&](auto&& token) {
+        ++started;
+        t.expires_after(1h);
+        return t.async_wait(std::forward<decltype(token)>(token));
+      },
+      policy,
+      [&](error_code ec) {
+        ++calls;
+        got = ec;
+      });
+  while (started == 0)
+    io.run_one();
+  std::thread other([&] { source.cancel(); });
+  other.join();
+  io.restart();
+  io.run_for(std::chrono::seconds(5)); // ends as soon as nothing is left
+  CHECK(calls == 1);
+  CHECK(got == operation_aborted);
+  CHECK(started == 1);
+}
+
+TEST_CASE("hedge_async and async_hedge take token attempts; the losers are cancelled") {
+  manual_clock::reset();
+  asio::io_context io;
+  std::vector<std::unique_ptr<manual_timer>> timers;
+  int started = 0;
+  // The first attempt hangs (until cancelled); the second answers after 5 ms.
+  auto op = [&](coretry::attempt_context& ctx, auto&& token) {
+    ++started;
+    timers.push_back(std::make_unique<manual_timer>(io.get_executor()));
+    timers.back()->expires_after(ctx.number() == 1 ? 1h : 5ms);
+    return timers.back()->async_wait(std::forward<decltype(token)>(token));
+  };
+  retry_policy policy = quick(3);
+  coretry::hedge_options hedge{.delay = 20ms};
+  std::optional<std::error_code> got;
+  SUBCASE("async_hedge") {
+    coretry::async_hedge<manual_timer>(io.get_executor(), op, policy, hedge,
+                                       [&](error_code ec) { got = ec; });
+  }
+  SUBCASE("hedge_async") {
+    asio::co_spawn(io, coretry::hedge_async<manual_timer>(op, policy, hedge),
+                   [&](std::exception_ptr e) { got = e ? refused : std::error_code{}; });
+  }
+  REQUIRE(drive(io, [&] { return got.has_value(); }));
+  CHECK(!*got);
+  CHECK(started == 2);
+  CHECK(manual_clock::elapsed() == 25ms);
+  CHECK(manual_clock::pending() == 0);
+}
