@@ -276,7 +276,8 @@ totals cores_throughput(const server_process& server, long n) {
   for (auto& th : threads)
     th.join();
   t.seconds = cb::seconds_since(t0);
-  asio::post(watch_io, [&] { watch.cancel(); });
+  // Not a posted cancel(): a wait that has already expired, its handler queued, would re-arm.
+  watch_io.stop();
   watcher.join();
   t.ok = ok;
   t.attempts = attempts;

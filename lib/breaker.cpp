@@ -138,6 +138,8 @@ bool circuit_breaker::ramp_admits(nanoseconds now) noexcept {
 nanoseconds circuit_breaker::retry_after(nanoseconds now) noexcept {
   const double interval = static_cast<double>(options_.retry_interval.count());
   const std::uint64_t w = word_.load(std::memory_order_acquire);
+  if (state_of(w) == breaker_state::isolated)
+    return never; // only `reset` ends an isolation: a waiting operation stops at once
   if (state_of(w) == breaker_state::open) {
     // Spread past the end of the break: the first to ask again is the probe, the rest find the
     // breaker half-open and come back a little later, each at its own time.

@@ -130,8 +130,10 @@ std::shared_ptr<resilience_entry> endpoint_registry::make_entry(const endpoint& 
   if (options_.breaker) {
     circuit_breaker_options o = *options_.breaker;
     if (options_.on_breaker_transition)
-      o.on_transition = [hook = options_.on_breaker_transition,
+      o.on_transition = [hook = options_.on_breaker_transition, own = std::move(o.on_transition),
                          e](breaker_state from, breaker_state to, nanoseconds now) {
+        if (own) // the breaker options' own hook is kept, and called first
+          own(from, to, now);
         hook(e, from, to, now);
       };
     entry->breaker = std::make_shared<circuit_breaker>(std::move(o));
@@ -197,7 +199,11 @@ std::size_t endpoint_registry::evict_locked(nanoseconds now, bool make_room) {
   const std::int64_t idle_before = now.count() - options_.idle_timeout.count();
   auto oldest = entries_.end();
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (it->second.entry.use_count() == 1) {
+    // Held by nobody, and its breaker (if any) closed: an open or isolated breaker is state an
+    // upstream or an operator set, which eviction would silently undo.
+    const auto& breaker = it->second.entry->breaker;
+    if (it->second.entry.use_count() == 1 &&
+        (!breaker || breaker->state() == breaker_state::closed)) {
       const std::int64_t used = it->second.last_used->load(std::memory_order_relaxed);
       if (used <= idle_before) {
         it = entries_.erase(it);

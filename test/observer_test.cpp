@@ -379,7 +379,8 @@ TEST_CASE("observe_breaker labels a breaker's transitions") {
   p.breaker = breaker;
   coretry::retry_stats stats;
   const auto out = run_async_retry(io, op, p, stats);
-  CHECK(out.error == refused); // the last attempt's error (final_error::last_error)
+  // A breaker's refusal reports itself, whatever `report` says (one outcome per cause).
+  CHECK(out.error == coretry::errc::circuit_open);
   const std::string open = make_error_code(coretry::errc::circuit_open).message();
   CHECK(rec->lines == std::vector<std::string>{
                           "0ms svc start retry",
@@ -392,7 +393,7 @@ TEST_CASE("observe_breaker labels a breaker's transitions") {
                           "120ms retry 2 in 100ms hint 0ms " + refused_text(),
                           "220ms refused 3 " + open,
                           "220ms svc end attempts 2 elapsed 220ms slept 200ms reason " + open +
-                              " error " + refused_text(),
+                              " error " + open,
                       });
 }
 
@@ -439,4 +440,80 @@ TEST_CASE("one observer serves operations running on several threads at once") {
   CHECK(obs->attempts == 799);
   CHECK(obs->attempts_done == 799);
   CHECK(obs->retries == 399);
+}
+
+// ---- Regressions found by a hostile review --------------------------------------------------
+
+TEST_CASE("a budget refusal after an on_open::wait wait is a refused event") {
+  // retry_loop.hpp emits `refused` after begin_attempt only for circuit_open and
+  // throttled_locally; begin_attempt also returns budget_exhausted (schedule.hpp: the retry's
+  // charge asked again after a breaker wait), and that refusal is lost.
+  manual_clock::reset();
+  asio::io_context io;
+  auto rec = std::make_shared<recorder>();
+  struct once_open final : coretry::attempt_gate {
+    int asks = 0;
+    bool try_acquire(std::chrono::nanoseconds) noexcept override { return ++asks != 2; }
+    void on_success(std::chrono::nanoseconds) noexcept override {}
+    void on_failure(std::chrono::nanoseconds) noexcept override {}
+    void on_abandoned(std::chrono::nanoseconds) noexcept override {}
+    std::chrono::nanoseconds retry_after(std::chrono::nanoseconds) noexcept override {
+      return 50ms;
+    }
+  };
+  struct one_retry final : coretry::retry_budget {
+    int asks = 0;
+    void on_success(std::chrono::nanoseconds) noexcept override {}
+    void on_failure(std::chrono::nanoseconds) noexcept override {}
+    bool try_retry(std::chrono::nanoseconds) noexcept override { return ++asks == 1; }
+  };
+  scripted_op op{{fail(refused, 5ms), succeed(2)}};
+  auto p = fixed(3, rec);
+  p.breaker = std::make_shared<once_open>();
+  p.when_open = coretry::on_open::wait;
+  p.budget = std::make_shared<one_retry>();
+  coretry::retry_stats stats;
+  (void)run_async_retry(io, op, p, stats);
+  CHECK(stats.reason == coretry::errc::budget_exhausted);
+  const std::string broke = make_error_code(coretry::errc::budget_exhausted).message();
+  bool seen = false;
+  for (const auto& l : rec->lines)
+    seen = seen || l.find("refused 2 " + broke) != std::string::npos;
+  CHECK_MESSAGE(
+      seen, "events: " << [&] {
+        std::string s;
+        for (const auto& l : rec->lines)
+          s += "\n  " + l;
+        return s;
+      }());
+}
+
+TEST_CASE("a hedge cut by the deadline reports hedge_abandoned for the running attempts") {
+  // observer.hpp: hedge_abandoned when "an attempt still running is cancelled because the
+  // operation ended otherwise: ... or the deadline passed". hedge_op.hpp on_deadline cuts with
+  // hedge_cut::deadline and cut_all emits hedge_abandoned only for hedge_cut::lost.
+  manual_clock::reset();
+  asio::io_context io;
+  auto rec = std::make_shared<recorder>();
+  scripted_op op{{hang(), hang()}};
+  auto p = fixed(2, rec);
+  p.label = "h";
+  p.deadline = 250ms;
+  int completions = 0;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p, {.delay = 100ms, .max_in_flight = 2},
+      [&](std::error_code ec, int) {
+        ++completions;
+        CHECK(ec == coretry::errc::deadline_exceeded);
+      });
+  drive(io, [&] { return completions > 0; });
+  drive(io, [] { return false; });
+  CHECK(completions == 1);
+  int abandons = 0;
+  std::string all;
+  for (const auto& l : rec->lines) {
+    abandons += l.find("abandon ") != std::string::npos;
+    all += "\n  " + l;
+  }
+  CHECK_MESSAGE(abandons == 2, "events:" << all);
 }

@@ -202,3 +202,31 @@ TEST_CASE("prometheus_observer refuses a null registry and bad buckets") {
                                                {.sleep_buckets = {1.0, 0.5}}),
                   std::invalid_argument);
 }
+
+// ---- Regressions found by a hostile review --------------------------------------------------
+
+TEST_CASE("error_type of an HTTP attempt is a low-cardinality identifier, not a message") {
+  // prometheus.cpp error_type(): a transport error outside coretry's category becomes
+  // `e.error.message()`: free text (locale-dependent for system errors, and a new series for
+  // every distinct message). OpenTelemetry's error.type wants a predictable identifier.
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry);
+  coretry::attempt_finished_event e;
+  e.label = "http://127.0.0.1:8080";
+  e.attempt = 1;
+  e.duration = 5ms;
+  e.error = std::make_error_code(std::errc::connection_refused);
+  e.outcome = coretry::attempt_outcome::failure;
+  e.http_method = "GET";
+  obs.on_attempt_finished(e);
+  std::string type;
+  for (const auto& family : registry->Collect())
+    if (family.name == "http_client_request_duration_seconds")
+      for (const auto& m : family.metric)
+        for (const auto& l : m.label)
+          if (l.name == "error_type")
+            type = l.value;
+  INFO("error_type = \"" << type << "\"");
+  CHECK(!type.empty());
+  CHECK(type.find(' ') == std::string::npos);
+}

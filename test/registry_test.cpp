@@ -197,3 +197,46 @@ TEST_CASE("lookup cost of a known endpoint") {
   MESSAGE("endpoint_registry::get, 100 entries, one thread: " << ns << " ns per lookup");
   CHECK(ns < 20000); // a sanity bound only, for slow sanitizer builds
 }
+
+// ---- Regressions found by a hostile review --------------------------------------------------
+
+TEST_CASE("an isolated breaker is not evicted to make room (manual control survives)") {
+  // registry.cpp evict_locked(make_room): the least recently used unheld entry goes, whatever
+  // its breaker's state; an isolate()d endpoint comes back closed, so traffic flows again to
+  // an upstream an operator took out. (An open breaker is lost the same way.)
+  endpoint_registry_options o;
+  o.max_entries = 1;
+  endpoint_registry r(o);
+  const auto a = endpoint::from_url("http://a.example");
+  const auto b = endpoint::from_url("http://b.example");
+  r.get(a, 0s)->breaker->isolate(0s);
+  (void)r.get(b, 1s); // over capacity: evicts a
+  CHECK(r.get(a, 2s)->breaker->state() == coretry::breaker_state::isolated);
+}
+
+TEST_CASE("an isolated breaker is not evicted when idle") {
+  endpoint_registry_options o;
+  o.idle_timeout = 1min;
+  endpoint_registry r(o);
+  const auto a = endpoint::from_url("http://a.example");
+  r.get(a, 0s)->breaker->isolate(0s);
+  CHECK(r.evict_idle(10min) == 0);
+  CHECK(r.get(a, 10min)->breaker->state() == coretry::breaker_state::isolated);
+}
+
+TEST_CASE("on_breaker_transition does not silently drop the breaker options' own hook") {
+  // registry.cpp make_entry overwrites circuit_breaker_options::on_transition when
+  // on_breaker_transition is set.
+  int own = 0;
+  int registry_hook = 0;
+  endpoint_registry_options o;
+  o.breaker->consecutive_failures = 1;
+  o.breaker->on_transition = [&](coretry::breaker_state, coretry::breaker_state,
+                                 std::chrono::nanoseconds) { ++own; };
+  o.on_breaker_transition = [&](const endpoint&, coretry::breaker_state, coretry::breaker_state,
+                                std::chrono::nanoseconds) { ++registry_hook; };
+  endpoint_registry r(o);
+  r.get(endpoint::from_url("http://a.example"), 0s)->breaker->isolate(0s);
+  CHECK(registry_hook == 1);
+  CHECK(own == 1);
+}

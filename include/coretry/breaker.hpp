@@ -94,7 +94,8 @@ struct circuit_breaker_options {
 ///
 /// An operation that waits instead of failing (`retry_policy::when_open = on_open::wait`) asks
 /// `retry_after` after a refusal: while open, until the end of the break plus a jitter of up to
-/// `retry_interval`; while half-open or ramping, `retry_interval` jittered.
+/// `retry_interval`; while half-open or ramping, `retry_interval` jittered; while isolated,
+/// `never` (only `reset` ends an isolation, so a waiting operation stops at once).
 ///
 /// - **isolated** (manual control, as Polly's `Isolate` and resilience4j's forced-open state):
 ///   `isolate(now)` refuses every attempt, whatever the outcomes and the time, until

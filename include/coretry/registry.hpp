@@ -55,18 +55,20 @@ struct endpoint_registry_options {
   /// null: none. Called without any lock held; must not throw for an endpoint it accepts (what
   /// it throws reaches the caller of `get`, and nothing is stored).
   std::function<std::shared_ptr<send_rate>(const endpoint&)> rate_limit{};
-  /// Called with the endpoint on every transition of its breaker (replaces
-  /// `breaker->on_transition`, which does not know the endpoint). Same rules: must not throw,
+  /// Called with the endpoint on every transition of its breaker, after `breaker->on_transition`
+  /// (which does not know the endpoint) when that is set too. Same rules: must not throw,
   /// should be quick.
   std::function<void(const endpoint&, breaker_state from, breaker_state to,
                      std::chrono::nanoseconds now)>
       on_breaker_transition{};
   /// Entries kept at most; at least 1. When a new endpoint arrives and the registry is full,
-  /// idle entries go first, then the least recently used entry that no operation holds. When
-  /// every entry is held, the registry grows past the bound (evicting a held entry would give
-  /// its endpoint two breakers); `over_capacity()` counts those times.
+  /// idle entries go first, then the least recently used entry that no operation holds. An
+  /// entry whose breaker is not closed (open, half-open, isolated) is never evicted: that would
+  /// undo what the upstream or an operator did. When no entry can go, the registry grows past
+  /// the bound (evicting a held entry would give its endpoint two breakers);
+  /// `over_capacity()` counts those times.
   std::size_t max_entries = 1024;
-  /// An entry unused this long and held by no operation is evicted (at the next `get` that
+  /// An entry unused this long, held by no operation and with its breaker closed is evicted (at the next `get` that
   /// sweeps, at most once per `idle_timeout / 4`, or by `evict_idle`). Positive.
   std::chrono::nanoseconds idle_timeout = std::chrono::minutes(10);
 };

@@ -77,7 +77,9 @@ std::string error_type(const attempt_finished_event& e) {
     return {};
   if (e.error.category() == retry_category())
     return errc_name(static_cast<errc>(e.error.value()));
-  return e.error.message();
+  // A stable identifier, not the message (which is free text and may be localised): one series
+  // per category and value.
+  return std::string(e.error.category().name()) + ":" + std::to_string(e.error.value());
 }
 
 /// `scheme://host:port` (`coretry::curl`'s labels) into its parts; anything else is all host.
@@ -279,8 +281,8 @@ void prometheus_observer::on_breaker_transition(const breaker_transition_event& 
   const std::string op(e.label);
   impl_->transitions.Add({{"operation", op}, {"from", to_string(e.from)}, {"to", to_string(e.to)}})
       .Increment();
-  for (const breaker_state s :
-       {breaker_state::closed, breaker_state::open, breaker_state::half_open})
+  for (const breaker_state s : {breaker_state::closed, breaker_state::open,
+                                breaker_state::half_open, breaker_state::isolated})
     impl_->breaker_state.Add({{"operation", op}, {"state", to_string(s)}})
         .Set(s == e.to ? 1.0 : 0.0);
 }

@@ -186,3 +186,56 @@ TEST_CASE("a refusal after a 503 reports circuit_open, with the 503 reachable") 
     CHECK(server.requests() == 0);
   }
 }
+
+// ---- Regressions found by a hostile review --------------------------------------------------
+
+TEST_CASE("circuit_open after 503 then a transport error: no stale 503, one answer") {
+  // retry.hpp: http_retry_state::last_rejected is set by the result filter and never cleared,
+  // so the awaitable form's circuit_open_error carries the 503 of an attempt before the last,
+  // contrary to its doc ("empty when ... the last one failed in transport"), while async_retry
+  // (the loop's value, reset before each attempt) delivers a default response.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  auto policy = quick(5);
+  policy.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 2, .failure_ratio = 0, .break_duration = 1h});
+  policy.attempt_timeout = 300ms; // the second attempt hangs: a transport failure (timeout)
+  SUBCASE("retry") {
+    server.push(http_action::with_status(503, "busy"));
+    server.push(http_action::hang());
+    client c(io.get_executor());
+    coretry::retry_stats stats;
+    std::optional<coretry::curl::circuit_open_error> caught;
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      try {
+        co_await coretry::curl::retry(c, get(server.url()), policy, stats);
+      } catch (const coretry::curl::circuit_open_error& e) {
+        caught = e;
+      } catch (const std::system_error& e) {
+        FAIL_CHECK("threw " << e.code().message() << " reason " << stats.reason.message()
+                            << " attempts " << stats.attempts);
+      }
+    }());
+    REQUIRE(caught);
+    CHECK(stats.attempts == 2);
+    CHECK_MESSAGE(!caught->last_response(),
+                  "stale response, status " << caught->last_response()->status);
+  }
+  SUBCASE("async_retry") {
+    server.push(http_action::with_status(503, "busy"));
+    server.push(http_action::hang());
+    std::error_code ec;
+    coretry::curl::response r;
+    bool done = false;
+    client c(io.get_executor());
+    coretry::curl::async_retry(c, get(server.url()), policy,
+                               [&](std::error_code e, coretry::curl::response resp) {
+                                 ec = e;
+                                 r = std::move(resp);
+                                 done = true;
+                               });
+    run_until(io, [&] { return done; });
+    CHECK(ec == coretry::errc::circuit_open);
+    CHECK(r.status == 0);
+  }
+}

@@ -90,6 +90,7 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
           coretry::attempt_context& ctx) -> asio::awaitable<std::tuple<std::error_code, response>> {
         st->wake();
         st->last_status = 0;
+        st->last_rejected.reset(); // an older rejected response is not this attempt's
         auto impl = st->impl.lock();
         if (!impl || !client_access::open(*impl)) // the client is gone
           co_return std::tuple{coretry::detail::aborted_error(), response{}};

@@ -331,7 +331,7 @@ private:
         arm_hedge_timer(v.delay);
         return false;
       }
-      if (policy_.observer && (why == errc::circuit_open || why == errc::throttled_locally))
+      if (policy_.observer) // the gate, or the budget asked again after a wait for the gate
         emit(*policy_.observer, refusal_event{policy_.label, why, launched_ + 1});
       stop_launching(static_cast<errc>(why.value()));
       return false;
@@ -515,7 +515,7 @@ private:
         running.push_back(sl.get());
     for (slot* sl : running) {
       sl->cut = why;
-      if (policy_.observer && why == hedge_cut::lost)
+      if (policy_.observer && (why == hedge_cut::lost || why == hedge_cut::deadline))
         emit(*policy_.observer, hedge_abandoned_event{policy_.label, sl->number});
     }
     for (slot* sl : running)

@@ -200,7 +200,7 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
         token.returned();
         v = sched.refused(static_cast<errc>(why.value()), attempt_start, last_error);
         if (v.stop) {
-          if (policy.observer && (why == errc::circuit_open || why == errc::throttled_locally))
+          if (policy.observer) // the gate, or the budget asked again after a wait for the gate
             emit(*policy.observer, refusal_event{policy.label, why, sched.attempts() + 1});
           exit::fail(result, stats, v.stop, v.report);
           break;
