@@ -79,34 +79,34 @@ enum class operation_kind : std::uint8_t {
 
 /// An operation starts (its loop, or its hedge state, begins to run).
 struct operation_started_event {
-  std::string_view label; ///< `retry_policy::label`
-  operation_kind kind = operation_kind::retry;
+  std::string_view label;                      ///< `retry_policy::label`
+  operation_kind kind = operation_kind::retry; ///< a retry or a hedge
 };
 
 /// An attempt is about to be sent (the breaker and the sending rate let it through).
 struct attempt_started_event {
-  std::string_view label;
-  unsigned attempt = 0; ///< from 1
+  std::string_view label; ///< `retry_policy::label`
+  unsigned attempt = 0;   ///< from 1
 };
 
 /// An attempt returned.
 struct attempt_finished_event {
-  std::string_view label;
-  unsigned attempt = 0;
+  std::string_view label;  ///< `retry_policy::label`
+  unsigned attempt = 0;    ///< from 1
   nanoseconds duration{0}; ///< from its `attempt_started`, on the loop's clock
   /// Its error: empty on success; `errc::result_rejected` for a rejected result (an HTTP 503,
   /// say); `errc::attempt_timeout` or `errc::deadline_exceeded` when the loop cut it.
   std::error_code error{};
-  attempt_outcome outcome = attempt_outcome::success;
+  attempt_outcome outcome = attempt_outcome::success; ///< the loop's verdict on it
   /// What the attempt told its `attempt_context` (`coretry::curl` fills them in): the HTTP
   /// status of its response (0: none, as after a transport error) and its request method.
-  int http_status = 0;
-  std::string_view http_method{};
+  int http_status = 0;            ///< the HTTP status, 0 when there is none
+  std::string_view http_method{}; ///< the HTTP method, empty when there is none
 };
 
 /// A failed attempt will be retried after `delay` (the sleep starts now).
 struct retry_scheduled_event {
-  std::string_view label;
+  std::string_view label;     ///< `retry_policy::label`
   unsigned attempt = 0;       ///< the attempt that failed
   std::error_code error{};    ///< its error
   nanoseconds delay{0};       ///< the sleep chosen: `max(backoff delay, server_hint)`
@@ -119,7 +119,7 @@ struct retry_scheduled_event {
 /// refusal the operation waits out (`on_open::wait`) is not reported: it shows as a retry
 /// scheduled only when an attempt follows.
 struct refusal_event {
-  std::string_view label;
+  std::string_view label; ///< `retry_policy::label`
   /// `errc::circuit_open`, `errc::throttled_locally`, `errc::rate_limited` or
   /// `errc::budget_exhausted`.
   std::error_code reason{};
@@ -128,7 +128,7 @@ struct refusal_event {
 
 /// A hedged operation starts another attempt beside the running ones.
 struct hedge_started_event {
-  std::string_view label;
+  std::string_view label;    ///< `retry_policy::label`
   unsigned attempt = 0;      ///< the attempt starting now, from 2
   unsigned in_flight = 0;    ///< attempts running, this one included
   std::error_code trigger{}; ///< as `hedge_event::trigger`: empty when the hedge delay passed
@@ -136,17 +136,17 @@ struct hedge_started_event {
 
 /// A hedged operation cancels an attempt still running, because it ended otherwise.
 struct hedge_abandoned_event {
-  std::string_view label;
-  unsigned attempt = 0;
+  std::string_view label; ///< `retry_policy::label`
+  unsigned attempt = 0;   ///< the attempt cancelled, from 1
 };
 
 /// An operation completes (just before its handler is called, or its coroutine resumes).
 struct operation_finished_event {
-  std::string_view label;
-  operation_kind kind = operation_kind::retry;
-  unsigned attempts = 0;  ///< attempts started
-  nanoseconds elapsed{0}; ///< from the call to now
-  nanoseconds slept{0};   ///< sum of the delays slept (retries only)
+  std::string_view label;                      ///< `retry_policy::label`
+  operation_kind kind = operation_kind::retry; ///< a retry or a hedge
+  unsigned attempts = 0;                       ///< attempts started
+  nanoseconds elapsed{0};                      ///< from the call to now
+  nanoseconds slept{0};                        ///< sum of the delays slept (retries only)
   /// Why it stopped, as `retry_stats::reason`: empty on success.
   std::error_code reason{};
   /// What the caller gets: empty when a value is delivered (a rejected result returned when the
@@ -156,10 +156,10 @@ struct operation_finished_event {
 
 /// A breaker changed state (`observe_breaker`).
 struct breaker_transition_event {
-  std::string_view label; ///< the label given to `observe_breaker`
-  breaker_state from = breaker_state::closed;
-  breaker_state to = breaker_state::closed;
-  nanoseconds now{0}; ///< on the clock of the loop that caused it
+  std::string_view label;                     ///< the label given to `observe_breaker`
+  breaker_state from = breaker_state::closed; ///< the state it left
+  breaker_state to = breaker_state::closed;   ///< the state it entered
+  nanoseconds now{0};                         ///< on the clock of the loop that caused it
 };
 
 /// Receives the events of the operations whose policy it is set on. Every member does nothing
@@ -168,14 +168,23 @@ struct breaker_transition_event {
 class CORETRY_API retry_observer {
 public:
   virtual ~retry_observer();
+  /// An operation started.
   virtual void on_operation_started(const operation_started_event&) {}
+  /// An attempt is about to be sent.
   virtual void on_attempt_started(const attempt_started_event&) {}
+  /// An attempt returned.
   virtual void on_attempt_finished(const attempt_finished_event&) {}
+  /// A failed attempt will be retried after a sleep.
   virtual void on_retry_scheduled(const retry_scheduled_event&) {}
+  /// An overload control refused; the operation stops.
   virtual void on_refused(const refusal_event&) {}
+  /// A hedged operation starts another attempt.
   virtual void on_hedge_started(const hedge_started_event&) {}
+  /// A hedged operation cancels an attempt still running.
   virtual void on_hedge_abandoned(const hedge_abandoned_event&) {}
+  /// An operation completes.
   virtual void on_operation_finished(const operation_finished_event&) {}
+  /// A breaker changed state (`observe_breaker`).
   virtual void on_breaker_transition(const breaker_transition_event&) {}
 };
 

@@ -65,6 +65,7 @@ struct prometheus_options {
 /// bucket list is empty or not increasing.
 class CORETRY_API prometheus_observer final : public retry_observer {
 public:
+  /// Registers the metrics in `registry` (see the class comment for what it throws).
   explicit prometheus_observer(std::shared_ptr<prometheus::Registry> registry,
                                prometheus_options options = {});
   ~prometheus_observer() override;
@@ -74,6 +75,8 @@ public:
   /// The registry the metrics live in.
   const std::shared_ptr<prometheus::Registry>& registry() const noexcept;
 
+  /// \name Events: each updates the metrics in the table above.
+  /// @{
   void on_operation_started(const operation_started_event& e) override;
   void on_attempt_finished(const attempt_finished_event& e) override;
   void on_retry_scheduled(const retry_scheduled_event& e) override;
@@ -82,6 +85,7 @@ public:
   void on_hedge_abandoned(const hedge_abandoned_event& e) override;
   void on_operation_finished(const operation_finished_event& e) override;
   void on_breaker_transition(const breaker_transition_event& e) override;
+  /// @}
 
 private:
   struct impl;

@@ -100,6 +100,7 @@ struct resilience_entry {
 /// breaker and budget options are checked by building one of each).
 class CORETRY_API endpoint_registry {
 public:
+  /// Checks `options` (`std::invalid_argument` naming the field and value) and keeps them.
   explicit endpoint_registry(endpoint_registry_options options = {});
   ~endpoint_registry();
   endpoint_registry(const endpoint_registry&) = delete;
