@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 namespace coretry {
 namespace {
 
@@ -34,6 +37,34 @@ std::optional<std::uint16_t> default_port(std::string_view scheme) noexcept {
   if (scheme == "ftp")
     return 21;
   return std::nullopt;
+}
+
+// One spelling per host, so that one origin gets one entry: lowercase; an IPv6 literal in its
+// RFC 5952 form (`[0:0:0:0:0:0:0:1]` is `[::1]`); no trailing dot on a name (`example.com.` is
+// `example.com`). A host that is no valid authority is refused.
+std::string canonical_host(std::string_view url, std::string_view host) {
+  if (host.front() == '[') {
+    const std::string inner = lower(host.substr(1, host.size() - 2));
+    if (inner.find('%') != std::string::npos) // a zone: kept as written
+      return "[" + inner + "]";
+    in6_addr a{};
+    char text[INET6_ADDRSTRLEN];
+    if (::inet_pton(AF_INET6, inner.c_str(), &a) != 1 ||
+        ::inet_ntop(AF_INET6, &a, text, sizeof text) == nullptr)
+      bad_url(url, "the bracketed host is not an IPv6 address");
+    return "[" + std::string(text) + "]";
+  }
+  if (host.find(':') != std::string_view::npos)
+    bad_url(url, "an IPv6 address must be in brackets");
+  for (const char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::string_view("-._~!$&'()*+,;=%").find(c) != std::string_view::npos;
+    if (!ok)
+      bad_url(url, "a character that is not allowed in a host");
+  }
+  if (host.size() > 1 && host.back() == '.')
+    host.remove_suffix(1);
+  return lower(host);
 }
 
 nanoseconds steady_now() noexcept {
@@ -73,7 +104,7 @@ endpoint endpoint::from_url(std::string_view url) {
   }
   if (host.empty() || host == "[]")
     bad_url(url, "no host");
-  e.host = lower(host);
+  e.host = canonical_host(url, host);
   if (!port.empty()) {
     unsigned value = 0;
     for (const char c : port) {

@@ -14,6 +14,7 @@
 #include <support/fake_gate.hpp>
 #include <support/test_ops.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -206,9 +207,8 @@ TEST_CASE("prometheus_observer refuses a null registry and bad buckets") {
 // ---- Regressions found by a hostile review --------------------------------------------------
 
 TEST_CASE("error_type of an HTTP attempt is a low-cardinality identifier, not a message") {
-  // prometheus.cpp error_type(): a transport error outside coretry's category becomes
-  // `e.error.message()`: free text (locale-dependent for system errors, and a new series for
-  // every distinct message). OpenTelemetry's error.type wants a predictable identifier.
+  // Not the error's message: free text (locale-dependent for system errors, and a new series
+  // for every distinct message). OpenTelemetry's error.type wants a predictable identifier.
   auto registry = std::make_shared<prometheus::Registry>();
   coretry::prometheus_observer obs(registry);
   coretry::attempt_finished_event e;
@@ -229,4 +229,26 @@ TEST_CASE("error_type of an HTTP attempt is a low-cardinality identifier, not a 
   INFO("error_type = \"" << type << "\"");
   CHECK(!type.empty());
   CHECK(type.find(' ') == std::string::npos);
+}
+
+TEST_CASE("http_request_method is a known method or _OTHER") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry);
+  for (const char* method : {"GET", "BREW", "get"}) {
+    coretry::attempt_finished_event e;
+    e.label = "http://127.0.0.1:8080";
+    e.attempt = 1;
+    e.http_method = method;
+    e.http_status = 200;
+    obs.on_attempt_finished(e);
+  }
+  std::vector<std::string> methods;
+  for (const auto& family : registry->Collect())
+    if (family.name == "http_client_request_duration_seconds")
+      for (const auto& m : family.metric)
+        for (const auto& l : m.label)
+          if (l.name == "http_request_method")
+            methods.push_back(l.value + "=" + std::to_string(m.histogram.sample_count));
+  std::sort(methods.begin(), methods.end());
+  CHECK(methods == std::vector<std::string>{"GET=1", "_OTHER=2"});
 }

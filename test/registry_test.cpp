@@ -240,3 +240,19 @@ TEST_CASE("on_breaker_transition does not silently drop the breaker options' own
   CHECK(registry_hook == 1);
   CHECK(own == 1);
 }
+
+TEST_CASE("endpoint keys normalise equivalent spellings of one origin") {
+  CHECK(endpoint::from_url("http://[::1]:8080/") ==
+        endpoint::from_url("http://[0:0:0:0:0:0:0:1]:8080/"));
+  CHECK(endpoint::from_url("http://[::1]:8080/").host == "[::1]");
+  CHECK(endpoint::from_url("http://[FE80::1%25eth0]/").host == "[fe80::1%25eth0]");
+  CHECK(endpoint::from_url("http://example.com./") == endpoint::from_url("http://example.com/"));
+  CHECK(endpoint::from_url("HTTP://Example.COM:80/") == endpoint::from_url("http://example.com/"));
+}
+
+TEST_CASE("a host that is not a valid authority is refused") {
+  CHECK_THROWS_AS((void)endpoint::from_url("http://::1/"), std::invalid_argument);
+  CHECK_THROWS_AS((void)endpoint::from_url("http://exa mple.com/"), std::invalid_argument);
+  CHECK_THROWS_AS((void)endpoint::from_url("http://[not-v6]/"), std::invalid_argument);
+  CHECK_THROWS_AS((void)endpoint::from_url("http://a<b/"), std::invalid_argument);
+}

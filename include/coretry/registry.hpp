@@ -32,11 +32,13 @@ struct CORETRY_API endpoint {
   std::string host;       ///< a name, an IPv4 address, or an IPv6 address in brackets
   std::uint16_t port = 0; ///< always set: the URL's, or the scheme's default
 
-  /// The origin of `url` ("scheme://[user@]host[:port][/...]"): scheme and host lowercased;
-  /// without a port, the scheme's default (http and ws 80, https and wss 443, ftp 21); without
-  /// "scheme://", http (as libcurl guesses). Throws `std::invalid_argument` naming the URL when
-  /// it has no host, a port that is not a number in [1, 65535], or no port and a scheme without
-  /// a default.
+  /// The origin of `url` ("scheme://[user@]host[:port][/...]"): scheme and host lowercased, a
+  /// name's trailing dot dropped, an IPv6 address in its RFC 5952 form (so that one origin has
+  /// one spelling); without a port, the scheme's default (http and ws 80, https and wss 443,
+  /// ftp 21); without "scheme://", http (as libcurl guesses). Throws `std::invalid_argument`
+  /// naming the URL when it has no host, a host that is no valid authority (an IPv6 address
+  /// outside brackets, a character not allowed in a host), a port that is not a number in
+  /// [1, 65535], or no port and a scheme without a default.
   static endpoint from_url(std::string_view url);
   /// "scheme://host:port".
   std::string to_string() const;

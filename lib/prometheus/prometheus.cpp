@@ -69,6 +69,16 @@ std::string reason_name(const std::error_code& ec) {
   return "not_retried";
 }
 
+/// The OpenTelemetry `http.request.method`: a known method as it is, any other `_OTHER` (one
+/// series per method a server may see, not one per string a caller may send).
+std::string method_name(std::string_view m) {
+  for (const std::string_view known :
+       {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"})
+    if (m == known)
+      return std::string(m);
+  return "_OTHER";
+}
+
 /// The OpenTelemetry `error.type` of an HTTP attempt.
 std::string error_type(const attempt_finished_event& e) {
   if (e.http_status >= 400)
@@ -230,7 +240,7 @@ void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
     return;
   endpoint ep = split(e.label);
   impl_->http_duration
-      .Add({{"http_request_method", std::string(e.http_method)},
+      .Add({{"http_request_method", method_name(e.http_method)},
             {"http_response_status_code", e.http_status ? std::to_string(e.http_status) : ""},
             {"error_type", error_type(e)},
             {"server_address", std::move(ep.address)},

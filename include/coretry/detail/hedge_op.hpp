@@ -221,6 +221,8 @@ public:
     if (out.error == errc::result_rejected) {
       move_into(last_rejected_, out.value);
       rejected_by_ = sl.number;
+    } else {
+      last_rejected_.reset(); // an older rejected result is not the last attempt's
     }
     if (verdict_of.kind != attempt_kind::failure) {
       fail(out.error, out.error);
