@@ -382,19 +382,19 @@ TEST_CASE("observe_breaker labels a breaker's transitions") {
   // A breaker's refusal reports itself, whatever `report` says (one outcome per cause).
   CHECK(out.error == coretry::errc::circuit_open);
   const std::string open = make_error_code(coretry::errc::circuit_open).message();
-  CHECK(rec->lines == std::vector<std::string>{
-                          "0ms svc start retry",
-                          "0ms attempt 1",
-                          "10ms done 1 10ms failure " + refused_text(),
-                          "10ms retry 1 in 100ms hint 0ms " + refused_text(),
-                          "110ms attempt 2",
-                          "120ms http://a:80 breaker closed -> open",
-                          "120ms done 2 10ms failure " + refused_text(),
-                          "120ms retry 2 in 100ms hint 0ms " + refused_text(),
-                          "220ms refused 3 " + open,
-                          "220ms svc end attempts 2 elapsed 220ms slept 200ms reason " + open +
-                              " error " + open,
-                      });
+  CHECK(rec->lines ==
+        std::vector<std::string>{
+            "0ms svc start retry",
+            "0ms attempt 1",
+            "10ms done 1 10ms failure " + refused_text(),
+            "10ms retry 1 in 100ms hint 0ms " + refused_text(),
+            "110ms attempt 2",
+            "120ms http://a:80 breaker closed -> open",
+            "120ms done 2 10ms failure " + refused_text(),
+            "120ms retry 2 in 100ms hint 0ms " + refused_text(),
+            "220ms refused 3 " + open,
+            "220ms svc end attempts 2 elapsed 220ms slept 200ms reason " + open + " error " + open,
+        });
 }
 
 TEST_CASE("one observer serves operations running on several threads at once") {
