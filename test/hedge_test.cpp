@@ -498,6 +498,41 @@ TEST_CASE("rejected results are hedged, and the last one is returned when all ar
   }
 }
 
+TEST_CASE("a breaker's refusal after a rejected result and a later failure returns no result") {
+  // #1 returns a rejected 503 at 10 ms, #2 fails at 20 ms with a retryable error, then the
+  // breaker refuses #3: the operation fails with circuit_open, and the result delivered with it
+  // is not #1's (the last attempt did not return it), as curl::retry forgets an older 503.
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  hedged_op op{{ok(503, 10ms), fails(refused, 10ms)}};
+  auto p = retry_policy{.max_attempts = 3}.retry_if_result([](int v) { return v == 503; });
+  p.breaker = gate;
+  hedge_stats stats;
+  outcome r;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(),
+      [&] {
+        if (op.records.size() == 1)
+          gate->open = true; // #2 is granted; the breaker refuses whatever comes after it
+        return op();
+      },
+      p, {.delay = 1s}, stats,
+      [&](std::error_code ec, int v) {
+        ++r.completions;
+        r.error = ec;
+        r.value = v;
+      });
+  drive(io, [] { return false; });
+  CHECK(r.completions == 1);
+  CHECK(op.starts() == std::vector<std::chrono::nanoseconds>{0ms, 10ms});
+  CHECK(gate->log == std::vector<std::string>{"failure", "failure"});
+  CHECK(r.error == coretry::errc::circuit_open);
+  CHECK(stats.reason == coretry::errc::circuit_open);
+  CHECK(stats.last_error == refused);
+  CHECK(r.value == 0); // not #1's 503
+}
+
 TEST_CASE("hedge_async in a coroutine: values, thrown errors, and the as_tuple form") {
   manual_clock::reset();
   asio::io_context io;
