@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/observer.hpp>
 
+#include <atomic>
 #include <utility>
 
 namespace coretry {
@@ -32,6 +33,29 @@ observe_breaker(std::shared_ptr<retry_observer> observer, std::string label) {
     } catch (...) { // an observer does not change what it watches (observer.hpp)
     }
   };
+}
+
+std::shared_ptr<circuit_breaker> make_observed_breaker(circuit_breaker_options options,
+                                                       std::shared_ptr<retry_observer> observer,
+                                                       std::string label) {
+  // The breaker is made after its hook: the hook finds it through a cell filled in once it is.
+  auto self = std::make_shared<std::atomic<const circuit_breaker*>>(nullptr);
+  options.on_transition = [own = std::move(options.on_transition), o = std::move(observer),
+                           l = std::move(label),
+                           self](breaker_state from, breaker_state to, nanoseconds now) noexcept {
+    if (own)
+      own(from, to, now);
+    if (!o)
+      return;
+    try {
+      o->on_breaker_transition(
+          breaker_transition_event{l, from, to, now, self->load(std::memory_order_acquire)});
+    } catch (...) { // an observer does not change what it watches (observer.hpp)
+    }
+  };
+  auto breaker = std::make_shared<circuit_breaker>(std::move(options));
+  self->store(breaker.get(), std::memory_order_release);
+  return breaker;
 }
 
 namespace detail {

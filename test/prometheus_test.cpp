@@ -18,12 +18,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <tuple>
 
 #include <prometheus/exposer.h>
@@ -251,4 +253,58 @@ TEST_CASE("http_request_method is a known method or _OTHER") {
             methods.push_back(l.value + "=" + std::to_string(m.histogram.sample_count));
   std::sort(methods.begin(), methods.end());
   CHECK(methods == std::vector<std::string>{"GET=1", "_OTHER=2"});
+}
+
+namespace {
+/// `coretry_breaker_state{operation=label}`: the state whose sample is 1 ("" if none, "many" if
+/// more than one).
+std::string gauge_state(prometheus::Registry& registry, const std::string& label) {
+  std::string state;
+  for (const auto& family : registry.Collect())
+    if (family.name == "coretry_breaker_state")
+      for (const auto& m : family.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label)
+          labels[l.name] = l.value;
+        if (labels["operation"] == label && m.gauge.value == 1)
+          state = state.empty() ? labels["state"] : "many";
+      }
+  return state;
+}
+} // namespace
+
+TEST_CASE("coretry_breaker_state shows the breaker's state when two transitions race") {
+  // Thread A opens the breaker (closed -> open), and its event is held back until thread B has
+  // moved the breaker on (open -> half_open, after the break) and B's event is in: the events
+  // arrive newest first. The gauge must read half_open, the breaker's state, not open.
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto obs = std::make_shared<coretry::prometheus_observer>(registry);
+  std::promise<void> b_done;
+  std::shared_future<void> b_done_f = b_done.get_future().share();
+  std::promise<void> a_opened;
+  auto breaker = coretry::make_observed_breaker(
+      {.consecutive_failures = 1,
+       .break_duration = 1s,
+       .seed = 1,
+       .on_transition =
+           [&](coretry::breaker_state, coretry::breaker_state to, std::chrono::nanoseconds) {
+             if (to == coretry::breaker_state::open) { // A: called before the observer hears it
+               a_opened.set_value();
+               b_done_f.wait();
+             }
+           }},
+      obs, "race");
+  std::thread a([&] {
+    if (breaker->try_acquire(0ns))
+      breaker->on_failure(0ns);
+  });
+  a_opened.get_future().wait();
+  CHECK(breaker->try_acquire(1h)); // B: the break is over, the first probe goes
+  CHECK(breaker->state() == coretry::breaker_state::half_open);
+  CHECK(gauge_state(*registry, "race") == "half_open");
+  b_done.set_value();
+  a.join();
+  CHECK(breaker->state() == coretry::breaker_state::half_open);
+  CHECK(gauge_state(*registry, "race") == "half_open");
+  CHECK(breaker->times_opened() == 1);
 }

@@ -160,6 +160,12 @@ struct breaker_transition_event {
   breaker_state from = breaker_state::closed; ///< the state it left
   breaker_state to = breaker_state::closed;   ///< the state it entered
   nanoseconds now{0};                         ///< on the clock of the loop that caused it
+  /// The breaker that changed, valid during the call, when known (`make_observed_breaker`);
+  /// null from `observe_breaker`. Transitions made on two threads at once may reach an observer
+  /// in either order, so `to` may be older than the state the breaker is in by then: an observer
+  /// that shows the current state reads `breaker->state()` (under its own lock, so the last
+  /// reader sees the last transition).
+  const circuit_breaker* breaker = nullptr;
 };
 
 /// Receives the events of the operations whose policy it is set on. Every member does nothing
@@ -197,6 +203,20 @@ public:
 /// ```
 CORETRY_API std::function<void(breaker_state, breaker_state, nanoseconds)>
 observe_breaker(std::shared_ptr<retry_observer> observer, std::string label);
+
+/// A circuit breaker built from `options` whose transitions `observer` hears, labelled `label`,
+/// as from `observe_breaker`, each event carrying the breaker itself
+/// (`breaker_transition_event::breaker`), so that the observer can show the state the breaker is
+/// in rather than the last event to arrive. `options.on_transition`, when set, is called first.
+/// Throws `std::invalid_argument` as the breaker's constructor does.
+///
+/// ```
+/// auto breaker = coretry::make_observed_breaker({.consecutive_failures = 5}, observer,
+///                                               "https://api.example.com:443");
+/// ```
+CORETRY_API std::shared_ptr<circuit_breaker>
+make_observed_breaker(circuit_breaker_options options, std::shared_ptr<retry_observer> observer,
+                      std::string label);
 
 namespace detail {
 // The loops call these behind a null check: out of line (one copy in the library, nothing in the

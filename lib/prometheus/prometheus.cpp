@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -201,6 +202,7 @@ struct prometheus_observer::impl {
   prometheus::Family<prometheus::Counter>& hedges;
   prometheus::Family<prometheus::Counter>& transitions;
   prometheus::Family<prometheus::Gauge>& breaker_state;
+  std::mutex state_mutex; ///< orders the updates of `breaker_state`
 };
 
 namespace {
@@ -291,10 +293,16 @@ void prometheus_observer::on_breaker_transition(const breaker_transition_event& 
   const std::string op(e.label);
   impl_->transitions.Add({{"operation", op}, {"from", to_string(e.from)}, {"to", to_string(e.to)}})
       .Increment();
+  // Two transitions made at once may arrive here in either order. With the breaker at hand, the
+  // gauge shows the state it is in, read under the lock: the last to take it reads a state no
+  // older than any transition whose event has arrived, so once the events are in, the gauge is
+  // the breaker's state, whatever their order.
+  std::lock_guard lock(impl_->state_mutex);
+  const breaker_state current = e.breaker ? e.breaker->state() : e.to;
   for (const breaker_state s : {breaker_state::closed, breaker_state::open,
                                 breaker_state::half_open, breaker_state::isolated})
     impl_->breaker_state.Add({{"operation", op}, {"state", to_string(s)}})
-        .Set(s == e.to ? 1.0 : 0.0);
+        .Set(s == current ? 1.0 : 0.0);
 }
 
 } // namespace coretry
