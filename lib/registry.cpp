@@ -189,8 +189,12 @@ std::shared_ptr<const resilience_entry> endpoint_registry::get(const endpoint& e
     last_sweep_.compare_exchange_strong(last, now.count(), std::memory_order_relaxed);
   } else if (now.count() - last >= period &&
              last_sweep_.compare_exchange_strong(last, now.count(), std::memory_order_relaxed)) {
-    std::unique_lock lock(mutex_);
-    evicted_.fetch_add(evict_locked(now, false), std::memory_order_relaxed);
+    std::vector<endpoint> gone;
+    {
+      std::unique_lock lock(mutex_);
+      evicted_.fetch_add(evict_locked(now, false, gone), std::memory_order_relaxed);
+    }
+    notify_evicted(gone);
   }
   {
     std::shared_lock lock(mutex_);
@@ -201,18 +205,22 @@ std::shared_ptr<const resilience_entry> endpoint_registry::get(const endpoint& e
   }
   // Built with no lock held: a breaker allocates its windows, a rate factory may do anything.
   auto made = make_entry(e);
-  std::unique_lock lock(mutex_);
-  if (const auto it = entries_.find(key); it != entries_.end()) { // another thread was first
-    it->second.last_used->store(now.count(), std::memory_order_relaxed);
-    return it->second.entry;
+  std::vector<endpoint> gone;
+  {
+    std::unique_lock lock(mutex_);
+    if (const auto it = entries_.find(key); it != entries_.end()) { // another thread was first
+      it->second.last_used->store(now.count(), std::memory_order_relaxed);
+      return it->second.entry;
+    }
+    if (entries_.size() >= options_.max_entries) {
+      evicted_.fetch_add(evict_locked(now, true, gone), std::memory_order_relaxed);
+      if (entries_.size() >= options_.max_entries)
+        over_capacity_.fetch_add(1, std::memory_order_relaxed);
+    }
+    entries_.emplace(key, node{made, std::make_unique<std::atomic<std::int64_t>>(now.count())});
+    created_.fetch_add(1, std::memory_order_relaxed);
   }
-  if (entries_.size() >= options_.max_entries) {
-    evicted_.fetch_add(evict_locked(now, true), std::memory_order_relaxed);
-    if (entries_.size() >= options_.max_entries)
-      over_capacity_.fetch_add(1, std::memory_order_relaxed);
-  }
-  entries_.emplace(key, node{made, std::make_unique<std::atomic<std::int64_t>>(now.count())});
-  created_.fetch_add(1, std::memory_order_relaxed);
+  notify_evicted(gone);
   return made;
 }
 
@@ -225,7 +233,8 @@ std::shared_ptr<const resilience_entry> endpoint_registry::find(const endpoint& 
 
 // Under the exclusive lock: no other thread can copy an entry out of the map now, so an entry
 // whose count is 1 (the map's own) is held by nobody and cannot become held before it is gone.
-std::size_t endpoint_registry::evict_locked(nanoseconds now, bool make_room) {
+std::size_t endpoint_registry::evict_locked(nanoseconds now, bool make_room,
+                                            std::vector<endpoint>& gone) {
   std::size_t n = 0;
   const std::int64_t idle_before = now.count() - options_.idle_timeout.count();
   auto oldest = entries_.end();
@@ -237,6 +246,8 @@ std::size_t endpoint_registry::evict_locked(nanoseconds now, bool make_room) {
         (!breaker || breaker->state() == breaker_state::closed)) {
       const std::int64_t used = it->second.last_used->load(std::memory_order_relaxed);
       if (used <= idle_before) {
+        if (options_.on_evict)
+          gone.push_back(it->second.entry->endpoint);
         it = entries_.erase(it);
         ++n;
         continue;
@@ -248,6 +259,8 @@ std::size_t endpoint_registry::evict_locked(nanoseconds now, bool make_room) {
     ++it;
   }
   if (make_room && n == 0 && oldest != entries_.end()) {
+    if (options_.on_evict)
+      gone.push_back(oldest->second.entry->endpoint);
     entries_.erase(oldest);
     ++n;
   }
@@ -255,10 +268,24 @@ std::size_t endpoint_registry::evict_locked(nanoseconds now, bool make_room) {
 }
 
 std::size_t endpoint_registry::evict_idle(nanoseconds now) {
-  std::unique_lock lock(mutex_);
-  const std::size_t n = evict_locked(now, false);
-  evicted_.fetch_add(n, std::memory_order_relaxed);
+  std::vector<endpoint> gone;
+  std::size_t n = 0;
+  {
+    std::unique_lock lock(mutex_);
+    n = evict_locked(now, false, gone);
+    evicted_.fetch_add(n, std::memory_order_relaxed);
+  }
+  notify_evicted(gone);
   return n;
+}
+
+// With no lock held: the hook may look the registry up, or take locks of its own.
+void endpoint_registry::notify_evicted(std::vector<endpoint>& gone) const noexcept {
+  for (const endpoint& e : gone)
+    try {
+      options_.on_evict(e);
+    } catch (...) { // documented as must not throw; an eviction is not undone by one that does
+    }
 }
 
 std::size_t endpoint_registry::size() const {

@@ -6,6 +6,7 @@
 #include <coretry/breaker.hpp>
 #include <coretry/hedge.hpp>
 #include <coretry/prometheus.hpp>
+#include <coretry/registry.hpp>
 #include <coretry/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
 
@@ -15,6 +16,7 @@
 #include <support/test_ops.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 #include <system_error>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
@@ -307,4 +310,110 @@ TEST_CASE("coretry_breaker_state shows the breaker's state when two transitions 
   CHECK(breaker->state() == coretry::breaker_state::half_open);
   CHECK(gauge_state(*registry, "race") == "half_open");
   CHECK(breaker->times_opened() == 1);
+}
+
+namespace {
+/// The `operation` labels (or, for the HTTP metric, `server_address` values) with a series in
+/// `metric`, each once, sorted.
+std::vector<std::string> series_of(prometheus::Registry& registry, const std::string& metric,
+                                   const std::string& label = "operation") {
+  std::vector<std::string> out;
+  for (const auto& family : registry.Collect())
+    if (family.name == metric)
+      for (const auto& m : family.metric)
+        for (const auto& l : m.label)
+          if (l.name == label)
+            out.push_back(l.value);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void one_http_operation(coretry::prometheus_observer& obs, std::string_view label, int status) {
+  obs.on_operation_started({.label = label});
+  coretry::attempt_finished_event a;
+  a.label = label;
+  a.attempt = 1;
+  a.http_method = "GET";
+  a.http_status = status;
+  obs.on_attempt_finished(a);
+  obs.on_operation_finished({.label = label, .attempts = 1});
+}
+} // namespace
+
+TEST_CASE("operation labels past max_operations are counted as _OTHER until one is forgotten") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry, {.max_operations = 2});
+  for (const char* l : {"http://a:80", "http://b:80", "http://c:80", "http://a:80"})
+    one_http_operation(obs, l, 200);
+  CHECK(obs.operations() == 2);
+  CHECK(series_of(*registry, "coretry_operations_total") ==
+        std::vector<std::string>{"_OTHER", "http://a:80", "http://b:80"});
+  CHECK(series_of(*registry, "http_client_request_duration_seconds", "server_address") ==
+        std::vector<std::string>{"_OTHER", "a", "b"});
+
+  CHECK(obs.forget("http://a:80") > 0);
+  CHECK(obs.operations() == 1);
+  CHECK(series_of(*registry, "coretry_operations_total") ==
+        std::vector<std::string>{"_OTHER", "http://b:80"});
+  CHECK(series_of(*registry, "coretry_operations_in_flight") ==
+        std::vector<std::string>{"_OTHER", "http://b:80"});
+  CHECK(series_of(*registry, "http_client_request_duration_seconds", "server_address") ==
+        std::vector<std::string>{"_OTHER", "b"});
+  one_http_operation(obs, "http://d:80", 200); // a's place
+  CHECK(series_of(*registry, "coretry_operations_total") ==
+        std::vector<std::string>{"_OTHER", "http://b:80", "http://d:80"});
+  CHECK(obs.forget("http://nobody:80") == 0);
+  CHECK_THROWS_WITH_AS(coretry::prometheus_observer(registry, {.max_operations = 0}),
+                       doctest::Contains("max_operations = 0"), std::invalid_argument);
+}
+
+TEST_CASE("an endpoint the registry evicts takes its series with it (on_evict -> forget)") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto obs = std::make_shared<coretry::prometheus_observer>(registry);
+  coretry::endpoint_registry endpoints(
+      {.on_evict = [obs](const coretry::endpoint& e) { obs->forget(e.to_string()); },
+       .max_entries = 100,
+       .idle_timeout = 10s});
+  // 300 hosts come and go; each host's entry is used once, then evicted when idle.
+  for (int i = 0; i < 300; ++i) {
+    const auto e = coretry::endpoint::from_url("http://host" + std::to_string(i) + ".example");
+    const auto t = std::chrono::seconds(i);
+    (void)endpoints.get(e, t);
+    one_http_operation(*obs, e.to_string(), 503);
+  }
+  CHECK(endpoints.size() <= 100);
+  CHECK(obs->operations() == endpoints.size());
+  CHECK(series_of(*registry, "coretry_operations_total").size() == endpoints.size());
+  CHECK(series_of(*registry, "http_client_request_duration_seconds", "server_address").size() ==
+        endpoints.size());
+  endpoints.evict_idle(1h);
+  CHECK(obs->operations() == 0);
+  CHECK(series_of(*registry, "coretry_operations_total").empty());
+  CHECK(series_of(*registry, "http_client_request_duration_seconds", "server_address").empty());
+}
+
+TEST_CASE("forget while other threads report the same label frees nothing in use") {
+  // Without the observer's series lock, forget's Remove frees a series another thread is
+  // incrementing through the reference Add returned (ASan: heap-use-after-free).
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry, {.max_operations = 1});
+  std::atomic<bool> stop{false};
+  std::atomic<int> reported{0};
+  std::vector<std::thread> reporters;
+  for (const char* label : {"http://a:80", "http://b:80"})
+    reporters.emplace_back([&, label] {
+      while (!stop.load()) {
+        one_http_operation(obs, label, 200);
+        reported.fetch_add(1);
+      }
+    });
+  for (int i = 0; reported.load() < 2000; ++i) {
+    obs.forget(i % 2 ? "http://a:80" : "http://b:80");
+    obs.forget("_OTHER");
+  }
+  stop = true;
+  for (auto& t : reporters)
+    t.join();
+  CHECK(obs.operations() <= 1);
 }

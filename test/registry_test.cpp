@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -153,6 +154,30 @@ TEST_CASE("bounded: idle entries go first, never one that is held") {
     (void)reg.get(ep("held"), 150s); // "x" idle since 101 s: gone with the sweep
     CHECK(reg.find(ep("x")) == nullptr);
   }
+}
+
+TEST_CASE("on_evict hears every endpoint evicted, idle or to make room, with no lock held") {
+  std::vector<std::string> gone;
+  endpoint_registry* self = nullptr;
+  endpoint_registry reg({.on_evict =
+                             [&](const endpoint& e) {
+                               gone.push_back(e.host);
+                               CHECK(self->find(e) == nullptr); // the lock is free, e is gone
+                             },
+                         .max_entries = 2,
+                         .idle_timeout = 10s});
+  self = &reg;
+  (void)reg.get(ep("a"), 0s);
+  (void)reg.get(ep("b"), 1s);
+  (void)reg.get(ep("c"), 2s); // full: "a", the least recently used, makes room
+  CHECK(gone == std::vector<std::string>{"a"});
+  CHECK(reg.evict_idle(100s) == 2);
+  std::sort(gone.begin(), gone.end());
+  CHECK(gone == std::vector<std::string>{"a", "b", "c"});
+  (void)reg.get(ep("d"), 200s);
+  (void)reg.get(ep("e"), 300s); // a sweep: "d" idle since 200 s
+  CHECK(gone.back() == "d");
+  CHECK(reg.evicted() == 4);
 }
 
 TEST_CASE("safe from any thread: one entry per endpoint whoever asks first") {

@@ -31,14 +31,27 @@
 /// is `success`, the name of a coretry `errc` (`attempts_exhausted`, `circuit_open`, ...),
 /// `aborted` (the caller's cancellation), or `not_retried` (an error the policy does not
 /// retry). `error_type` is empty on success, the status code for an HTTP status of 400 or more,
-/// `result_rejected` for another rejected result, else the error's message.
+/// `result_rejected` for another rejected result, else `category:value` of the error (a
+/// predictable identifier, not the message).
+///
+/// **Bounded.** At most `prometheus_options::max_operations` labels have series; the events of
+/// any other label are counted under `_OTHER`. `forget(label)` removes a label's series, for
+/// an endpoint the registry evicted (`endpoint_registry_options::on_evict`).
+///
+/// **Breaker state.** A breaker made by `make_observed_breaker` hands itself to the observer,
+/// which sets `coretry_breaker_state` from `circuit_breaker::state()` under a lock, so that two
+/// transitions racing on two threads leave the gauge at the breaker's state. Through
+/// `observe_breaker` (no breaker at hand) the gauge shows the last event to arrive, which two
+/// racing transitions may deliver oldest last.
 ///
 /// Thread-safe (prometheus-cpp's metrics are); each event costs a few map lookups under
-/// prometheus-cpp's family lock.
+/// prometheus-cpp's family lock, and a shared lock held against `forget`.
 
 #include <coretry/observer.hpp>
 
+#include <cstddef>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 namespace prometheus {
@@ -47,7 +60,8 @@ class Registry;
 
 namespace coretry {
 
-/// Bucket boundaries of the histograms, in seconds (or counts, for resends).
+/// Bucket boundaries of the histograms, in seconds (or counts, for resends), and the bound on
+/// `operation` labels.
 struct prometheus_options {
   /// `http_client_request_duration_seconds`, `coretry_attempt_duration_seconds` and
   /// `coretry_operation_duration_seconds`: OpenTelemetry's advice for
@@ -58,6 +72,11 @@ struct prometheus_options {
   std::vector<double> sleep_buckets{0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60};
   /// `coretry_resend_count`.
   std::vector<double> resend_buckets{0, 1, 2, 3, 5, 10};
+  /// How many `operation` labels have series of their own at most; at least 1. The events of
+  /// any further label are counted under `operation="_OTHER"` (and, in the HTTP metric,
+  /// `server_address="_OTHER"` with empty port and scheme) until `forget` makes room. The
+  /// default is a little below `endpoint_registry_options::max_entries`.
+  std::size_t max_operations = 1000;
 };
 
 /// Keeps the metrics above in `registry`; set it on policies (`retry_policy::observer`) and on
@@ -74,6 +93,16 @@ public:
 
   /// The registry the metrics live in.
   const std::shared_ptr<prometheus::Registry>& registry() const noexcept;
+
+  /// Removes every series of the operation `label` (in the HTTP metric, those of the endpoint
+  /// `label` names) and frees its place under `max_operations`; returns how many series went.
+  /// For an upstream that is gone: `endpoint_registry_options::on_evict` calls it with
+  /// `endpoint::to_string()`, the label `coretry::curl` gives. An operation still running with
+  /// that label starts its series again from zero (its `coretry_operations_in_flight` then
+  /// reads -1 when it ends): forget only labels nothing uses, as the registry does.
+  std::size_t forget(std::string_view label);
+  /// The `operation` labels that have series of their own now (`_OTHER` not counted).
+  std::size_t operations() const;
 
   /// \name Events: each updates the metrics in the table above.
   /// @{

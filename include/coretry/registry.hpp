@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace coretry {
 
@@ -63,6 +64,11 @@ struct endpoint_registry_options {
   std::function<void(const endpoint&, breaker_state from, breaker_state to,
                      std::chrono::nanoseconds now)>
       on_breaker_transition{};
+  /// Called with the endpoint of each entry evicted, after the registry's lock is released, on
+  /// the thread that evicted it (in `get` or `evict_idle`): to drop what else is kept per
+  /// endpoint, such as its metric series (`prometheus_observer::forget(e.to_string())`). Must not
+  /// throw; should be quick.
+  std::function<void(const endpoint&)> on_evict{};
   /// Entries kept at most; at least 1. When a new endpoint arrives and the registry is full,
   /// idle entries go first, then the least recently used entry that no operation holds. An
   /// entry whose breaker is not closed (open, half-open, isolated) is never evicted: that would
@@ -146,7 +152,9 @@ private:
     std::unique_ptr<std::atomic<std::int64_t>> last_used;
   };
   std::shared_ptr<resilience_entry> make_entry(const endpoint& e) const;
-  std::size_t evict_locked(std::chrono::nanoseconds now, bool make_room);
+  std::size_t evict_locked(std::chrono::nanoseconds now, bool make_room,
+                           std::vector<endpoint>& gone);
+  void notify_evicted(std::vector<endpoint>& gone) const noexcept;
 
   endpoint_registry_options options_;
   mutable std::shared_mutex mutex_;

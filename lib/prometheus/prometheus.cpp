@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include <prometheus/counter.h>
@@ -115,6 +118,35 @@ endpoint split(std::string_view label) {
   return ep;
 }
 
+/// What the labels past `prometheus_options::max_operations` are counted as (the spelling
+/// OpenTelemetry uses for values it folds, as in `http_request_method`).
+constexpr std::string_view other = "_OTHER";
+
+struct name_hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+
+/// Removes from `family` every series whose labels `match`; `args` are what `Add` needs to
+/// build one (`Add` of labels that exist returns the series, which `Remove` takes).
+template <typename T, typename Match, typename... Args>
+std::size_t remove_series(prometheus::Family<T>& family, const Match& match, const Args&... args) {
+  std::size_t n = 0;
+  for (const auto& collected : family.Collect())
+    for (const auto& metric : collected.metric) {
+      labels l;
+      for (const auto& pair : metric.label)
+        l.emplace(pair.name, pair.value);
+      if (match(l)) {
+        family.Remove(&family.Add(l, args...));
+        ++n;
+      }
+    }
+  return n;
+}
+
 void check_buckets(const std::vector<double>& b, const char* field) {
   if (b.empty() || !std::is_sorted(b.begin(), b.end()) ||
       std::adjacent_find(b.begin(), b.end()) != b.end())
@@ -203,6 +235,30 @@ struct prometheus_observer::impl {
   prometheus::Family<prometheus::Counter>& transitions;
   prometheus::Family<prometheus::Gauge>& breaker_state;
   std::mutex state_mutex; ///< orders the updates of `breaker_state`
+
+  /// Held shared by every event while it updates series, exclusively by `forget` while it
+  /// removes them (a series is updated through a reference that Remove would leave dangling);
+  /// guards `names` too.
+  std::shared_mutex series_mutex;
+  /// The `operation` labels that have series of their own: at most `options.max_operations`.
+  std::unordered_set<std::string, name_hash, std::equal_to<>> names;
+
+  /// A shared hold on the series, and the `operation` label an event with `label` goes to: its
+  /// own while fewer than `max_operations` labels have series (or it has some), else `_OTHER`.
+  std::pair<std::shared_lock<std::shared_mutex>, std::string> enter(std::string_view label) {
+    for (;;) {
+      {
+        std::shared_lock hold(series_mutex);
+        if (names.find(label) != names.end())
+          return {std::move(hold), std::string(label)};
+        if (names.size() >= options.max_operations)
+          return {std::move(hold), std::string(other)};
+      }
+      std::unique_lock admit(series_mutex);
+      if (names.size() < options.max_operations)
+        names.emplace(label);
+    }
+  }
 };
 
 namespace {
@@ -213,6 +269,9 @@ std::shared_ptr<prometheus::Registry> checked(std::shared_ptr<prometheus::Regist
   check_buckets(o.duration_buckets, "duration_buckets");
   check_buckets(o.sleep_buckets, "sleep_buckets");
   check_buckets(o.resend_buckets, "resend_buckets");
+  if (o.max_operations == 0)
+    throw std::invalid_argument(
+        "coretry::prometheus_options: max_operations = 0 (must be at least 1)");
   return r;
 }
 } // namespace
@@ -228,11 +287,12 @@ const std::shared_ptr<prometheus::Registry>& prometheus_observer::registry() con
 }
 
 void prometheus_observer::on_operation_started(const operation_started_event& e) {
-  impl_->in_flight.Add({{"operation", std::string(e.label)}}).Increment();
+  const auto [hold, op] = impl_->enter(e.label);
+  impl_->in_flight.Add({{"operation", op}}).Increment();
 }
 
 void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
-  const std::string op(e.label);
+  const auto [hold, op] = impl_->enter(e.label);
   const char* outcome = to_string(e.outcome);
   impl_->attempts.Add({{"operation", op}, {"outcome", outcome}}).Increment();
   impl_->attempt_duration
@@ -240,7 +300,7 @@ void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
       .Observe(seconds(e.duration));
   if (e.http_method.empty())
     return;
-  endpoint ep = split(e.label);
+  endpoint ep = op == other ? endpoint{{}, std::string(other), {}} : split(op);
   impl_->http_duration
       .Add({{"http_request_method", method_name(e.http_method)},
             {"http_response_status_code", e.http_status ? std::to_string(e.http_status) : ""},
@@ -253,7 +313,7 @@ void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
 }
 
 void prometheus_observer::on_retry_scheduled(const retry_scheduled_event& e) {
-  const std::string op(e.label);
+  const auto [hold, op] = impl_->enter(e.label);
   impl_->retries.Add({{"operation", op}}).Increment();
   impl_->sleeps.Add({{"operation", op}}, impl_->options.sleep_buckets).Observe(seconds(e.delay));
   if (e.server_hint > nanoseconds::zero() && e.delay == e.server_hint)
@@ -265,19 +325,22 @@ void prometheus_observer::on_refused(const refusal_event& e) {
                    : e.reason == errc::throttled_locally ? "throttle"
                    : e.reason == errc::rate_limited      ? "rate"
                                                          : "budget";
-  impl_->refusals.Add({{"operation", std::string(e.label)}, {"by", by}}).Increment();
+  const auto [hold, op] = impl_->enter(e.label);
+  impl_->refusals.Add({{"operation", op}, {"by", by}}).Increment();
 }
 
 void prometheus_observer::on_hedge_started(const hedge_started_event& e) {
-  impl_->hedges.Add({{"operation", std::string(e.label)}, {"event", "started"}}).Increment();
+  const auto [hold, op] = impl_->enter(e.label);
+  impl_->hedges.Add({{"operation", op}, {"event", "started"}}).Increment();
 }
 
 void prometheus_observer::on_hedge_abandoned(const hedge_abandoned_event& e) {
-  impl_->hedges.Add({{"operation", std::string(e.label)}, {"event", "abandoned"}}).Increment();
+  const auto [hold, op] = impl_->enter(e.label);
+  impl_->hedges.Add({{"operation", op}, {"event", "abandoned"}}).Increment();
 }
 
 void prometheus_observer::on_operation_finished(const operation_finished_event& e) {
-  const std::string op(e.label);
+  const auto [hold, op] = impl_->enter(e.label);
   impl_->in_flight.Add({{"operation", op}}).Decrement();
   impl_->operations
       .Add({{"operation", op}, {"kind", kind_name(e.kind)}, {"reason", reason_name(e.reason)}})
@@ -290,7 +353,7 @@ void prometheus_observer::on_operation_finished(const operation_finished_event& 
 }
 
 void prometheus_observer::on_breaker_transition(const breaker_transition_event& e) {
-  const std::string op(e.label);
+  const auto [hold, op] = impl_->enter(e.label);
   impl_->transitions.Add({{"operation", op}, {"from", to_string(e.from)}, {"to", to_string(e.to)}})
       .Increment();
   // Two transitions made at once may arrive here in either order. With the breaker at hand, the
@@ -303,6 +366,44 @@ void prometheus_observer::on_breaker_transition(const breaker_transition_event& 
                                 breaker_state::half_open, breaker_state::isolated})
     impl_->breaker_state.Add({{"operation", op}, {"state", to_string(s)}})
         .Set(s == current ? 1.0 : 0.0);
+}
+
+} // namespace coretry
+
+namespace coretry {
+
+std::size_t prometheus_observer::forget(std::string_view label) {
+  const std::unique_lock lock(impl_->series_mutex);
+  if (const auto it = impl_->names.find(label); it != impl_->names.end())
+    impl_->names.erase(it);
+  const auto of_op = [label](const labels& l) {
+    const auto it = l.find("operation");
+    return it != l.end() && it->second == label;
+  };
+  const endpoint ep = label == other ? endpoint{{}, std::string(other), {}} : split(label);
+  const auto of_endpoint = [&ep](const labels& l) {
+    const auto at = [&l](const char* k) {
+      const auto it = l.find(k);
+      return it == l.end() ? std::string() : it->second;
+    };
+    return at("server_address") == ep.address && at("server_port") == ep.port &&
+           at("url_scheme") == ep.scheme;
+  };
+  impl& m = *impl_;
+  const auto& d = m.options.duration_buckets;
+  return remove_series(m.http_duration, of_endpoint, d) +
+         remove_series(m.resends, of_op, m.options.resend_buckets) +
+         remove_series(m.operations, of_op) + remove_series(m.operation_duration, of_op, d) +
+         remove_series(m.in_flight, of_op) + remove_series(m.attempts, of_op) +
+         remove_series(m.attempt_duration, of_op, d) + remove_series(m.retries, of_op) +
+         remove_series(m.sleeps, of_op, m.options.sleep_buckets) + remove_series(m.hints, of_op) +
+         remove_series(m.refusals, of_op) + remove_series(m.hedges, of_op) +
+         remove_series(m.transitions, of_op) + remove_series(m.breaker_state, of_op);
+}
+
+std::size_t prometheus_observer::operations() const {
+  const std::shared_lock lock(impl_->series_mutex);
+  return impl_->names.size();
 }
 
 } // namespace coretry
