@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
+#include <coretry/observer.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/registry.hpp>
 
@@ -167,7 +168,9 @@ std::shared_ptr<resilience_entry> endpoint_registry::make_entry(const endpoint& 
           own(from, to, now);
         hook(e, from, to, now);
       };
-    entry->breaker = std::make_shared<circuit_breaker>(std::move(o));
+    entry->breaker = options_.observer
+                         ? make_observed_breaker(std::move(o), options_.observer, e.to_string())
+                         : std::make_shared<circuit_breaker>(std::move(o));
   }
   if (options_.budget)
     entry->budget = std::make_shared<ratio_budget>(*options_.budget);

@@ -417,3 +417,17 @@ TEST_CASE("forget while other threads report the same label frees nothing in use
     t.join();
   CHECK(obs.operations() <= 1);
 }
+
+TEST_CASE("a registry's breakers report to the observer under their endpoint's label") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto obs = std::make_shared<coretry::prometheus_observer>(registry);
+  coretry::endpoint_registry endpoints(
+      {.breaker = coretry::circuit_breaker_options{.consecutive_failures = 1}, .observer = obs});
+  const auto e = coretry::endpoint::from_url("http://api.example");
+  const auto entry = endpoints.get(e, 0s);
+  REQUIRE(entry->breaker->try_acquire(0ns));
+  entry->breaker->on_failure(0ns);
+  CHECK(gauge_state(*registry, "http://api.example:80") == "open");
+  entry->breaker->reset(1ns);
+  CHECK(gauge_state(*registry, "http://api.example:80") == "closed");
+}

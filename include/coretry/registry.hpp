@@ -26,6 +26,7 @@
 namespace coretry {
 
 struct retry_policy;
+class retry_observer;
 
 /// An upstream, as an HTTP origin: scheme and host lowercased, the port always given.
 struct CORETRY_API endpoint {
@@ -64,6 +65,10 @@ struct endpoint_registry_options {
   std::function<void(const endpoint&, breaker_state from, breaker_state to,
                      std::chrono::nanoseconds now)>
       on_breaker_transition{};
+  /// Told every transition of every endpoint's breaker, labelled `endpoint::to_string()` (the
+  /// label `coretry::curl` gives its operations), each event carrying the breaker
+  /// (`make_observed_breaker`), after `breaker->on_transition` and `on_breaker_transition`.
+  std::shared_ptr<retry_observer> observer{};
   /// Called with the endpoint of each entry evicted, after the registry's lock is released, on
   /// the thread that evicted it (in `get` or `evict_idle`): to drop what else is kept per
   /// endpoint, such as its metric series (`prometheus_observer::forget(e.to_string())`). Must not
