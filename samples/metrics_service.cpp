@@ -76,9 +76,8 @@ int main(int argc, char** argv) {
       .backoff =
           coretry::backoff::exponential(10ms, 2.0, 200ms).with_jitter(coretry::jitter::full()),
       .budget = std::make_shared<coretry::ratio_budget>(),
-      .breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
-          .break_duration = 1s,
-          .on_transition = coretry::observe_breaker(observer, "inventory.lookup")}),
+      .breaker =
+          coretry::make_observed_breaker({.break_duration = 1s}, observer, "inventory.lookup"),
       .observer = observer,
       .label = "inventory.lookup",
   }};
