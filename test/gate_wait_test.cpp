@@ -12,6 +12,7 @@
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/run_on_manual_clock.hpp>
 #include <support/test_ops.hpp>
 
 #include <algorithm>
@@ -88,31 +89,6 @@ struct counting_budget final : coretry::retry_budget {
   void refund(nanoseconds) noexcept override { ++refunded; }
 };
 
-struct outcome {
-  int completions = 0;
-  std::error_code error;
-  int value = 0;
-  nanoseconds at{0};
-};
-
-auto record(outcome& o) {
-  return [&o](std::error_code ec, int v) {
-    ++o.completions;
-    o.error = ec;
-    o.value = v;
-    o.at = manual_clock::elapsed();
-  };
-}
-
-outcome run(asio::io_context& io, scripted_op& op, const retry_policy& p,
-            coretry::retry_stats& stats) {
-  outcome o;
-  coretry::async_retry<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, stats, record(o));
-  drive(io, [&] { return o.completions > 0; });
-  return o;
-}
-
 retry_policy waiting(std::shared_ptr<coretry::attempt_gate> gate) {
   retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(10ms)};
   p.breaker = std::move(gate);
@@ -129,7 +105,7 @@ TEST_CASE("wait: a refused first attempt waits until the breaker lets it through
   gate->open_until = 5s;
   scripted_op op{{succeed(7)}};
   coretry::retry_stats stats;
-  const auto r = run(io, op, waiting(gate), stats);
+  const auto r = run_retry(io, op, waiting(gate), stats);
   CHECK(r.completions == 1);
   CHECK(!r.error);
   CHECK(r.value == 7);
@@ -149,7 +125,7 @@ TEST_CASE("wait: a retry the breaker refuses waits too, and spends no attempt") 
   p.max_attempts = 2;
   p.on_retry = [&](const coretry::retry_event&) { gate->open_until = 4s; };
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.completions == 1);
   CHECK(r.value == 3);
   CHECK(op.started == std::vector<manual_clock::duration>{0s, 4s});
@@ -166,7 +142,7 @@ TEST_CASE("fail (the default), or a gate that cannot say when: stops at once wit
     p.when_open = on_open::fail;
     scripted_op op{{succeed(1)}};
     coretry::retry_stats stats;
-    const auto r = run(io, op, p, stats);
+    const auto r = run_retry(io, op, p, stats);
     CHECK(r.error == coretry::errc::circuit_open);
     CHECK(r.at == 0s);
     CHECK(gate->asked == 0);
@@ -175,7 +151,7 @@ TEST_CASE("fail (the default), or a gate that cannot say when: stops at once wit
   SUBCASE("attempt_gate::never") {
     scripted_op op{{succeed(1)}};
     coretry::retry_stats stats;
-    const auto r = run(io, op, waiting(std::make_shared<closed_door>()), stats);
+    const auto r = run_retry(io, op, waiting(std::make_shared<closed_door>()), stats);
     CHECK(r.completions == 1);
     CHECK(r.error == coretry::errc::circuit_open);
     CHECK(r.at == 0s);
@@ -193,7 +169,7 @@ TEST_CASE("wait: a wait that would reach the deadline ends at once with circuit_
     p.deadline = 3s;
     scripted_op op{{succeed(1)}};
     coretry::retry_stats stats;
-    const auto r = run(io, op, p, stats);
+    const auto r = run_retry(io, op, p, stats);
     CHECK(r.completions == 1);
     CHECK(r.error == coretry::errc::circuit_open);
     CHECK(stats.reason == coretry::errc::circuit_open);
@@ -207,7 +183,7 @@ TEST_CASE("wait: a wait that would reach the deadline ends at once with circuit_
     p.deadline = 3500ms;
     scripted_op op{{succeed(1)}};
     coretry::retry_stats stats;
-    const auto r = run(io, op, p, stats);
+    const auto r = run_retry(io, op, p, stats);
     CHECK(r.completions == 1);
     CHECK(r.error == coretry::errc::circuit_open);
     CHECK(r.at == 3s); // waited 0-1, 1-2, 2-3; 3-4 would end past 3.5
@@ -276,7 +252,7 @@ TEST_CASE("wait: no send token and no retry budget is held while waiting") {
   p.budget = budget;
   p.on_retry = [&](const coretry::retry_event&) { gate->open_until = 6s; };
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.value == 5);
   CHECK(op.started == std::vector<manual_clock::duration>{0s, 6s});
   // The retry's token and charge, taken at 10 ms, went back when the breaker refused; both were

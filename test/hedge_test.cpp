@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
 #include <support/fake_gate.hpp>
+#include <support/run_on_manual_clock.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -32,6 +33,8 @@ using coretry::hedge_stats;
 using coretry::retry_policy;
 
 using coretry::test::fake_gate;
+using coretry::test::outcome;
+using coretry::test::run_hedge;
 
 namespace {
 
@@ -123,29 +126,6 @@ struct fake_budget final : coretry::retry_budget {
   }
 };
 
-struct outcome {
-  int completions = 0;
-  std::error_code error;
-  int value = 0;
-};
-
-/// Starts one hedged operation on `io` and runs the manual clock until it completes, then on
-/// until nothing at all is left (so that a hedge started late would show).
-outcome run(asio::io_context& io, hedged_op& op, const retry_policy& p, const hedge_options& h,
-            hedge_stats& stats) {
-  outcome r;
-  coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, h, stats,
-      [&](std::error_code ec, int v) {
-        ++r.completions;
-        r.error = ec;
-        r.value = v;
-      });
-  drive(io, [&] { return r.completions > 0; });
-  drive(io, [] { return false; });
-  return r;
-}
-
 } // namespace
 
 TEST_CASE("the fastest attempt wins and every other running attempt is cancelled once") {
@@ -155,7 +135,7 @@ TEST_CASE("the fastest attempt wins and every other running attempt is cancelled
   hedged_op op{{ok(1, 500ms), ok(2, 150ms), hangs()}};
   const retry_policy p{.max_attempts = 3};
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
   CHECK(r.completions == 1);
   CHECK_FALSE(r.error);
   CHECK(r.value == 2);
@@ -180,7 +160,7 @@ TEST_CASE("no hedge starts after the winner completed") {
   hedged_op op{{ok(7, 90ms), ok(8, 10ms)}};
   const retry_policy p{.max_attempts = 5};
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 100ms, .max_in_flight = 5}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 5}, stats);
   CHECK(r.value == 7);
   CHECK(op.records.size() == 1);
   CHECK(stats.attempts == 1);
@@ -190,7 +170,7 @@ TEST_CASE("no hedge starts after the winner completed") {
     manual_clock::reset();
     hedged_op op2{{ok(1, 130ms), ok(2, 10ms), ok(3, 10ms)}};
     hedge_stats s2;
-    const auto r2 = run(io, op2, p, {.delay = 50ms, .max_in_flight = 5}, s2);
+    const auto r2 = run_hedge(io, op2, p, {.delay = 50ms, .max_in_flight = 5}, s2);
     // 0: #1 (ends 130), 50: #2 (ends 60, wins): nothing starts at 100 ms or later.
     CHECK(r2.value == 2);
     CHECK(op2.starts() == std::vector<std::chrono::nanoseconds>{0ms, 50ms});
@@ -205,7 +185,7 @@ TEST_CASE("at most max_in_flight attempts run at once; a due hedge waits for a f
   hedged_op op{{fails(refused, 1s)}};
   const retry_policy p{.max_attempts = 5};
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 10ms, .max_in_flight = 2}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 10ms, .max_in_flight = 2}, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == refused);
   CHECK(op.peak == 2);
@@ -226,7 +206,7 @@ TEST_CASE("a retryable failure starts the next attempt without waiting for the d
   std::vector<coretry::hedge_event> events;
   hedge_options h{.delay = 1s, .max_in_flight = 2};
   h.on_hedge = [&](const coretry::hedge_event& e) { events.push_back(e); };
-  const auto r = run(io, op, p, h, stats);
+  const auto r = run_hedge(io, op, p, h, stats);
   CHECK(r.value == 5);
   CHECK(op.starts() == std::vector<std::chrono::nanoseconds>{0ms, 10ms});
   CHECK(stats.elapsed == 20ms);
@@ -243,7 +223,7 @@ TEST_CASE("when every attempt fails the operation completes once with the last e
   hedged_op op{{fails(refused, 300ms), fails(refused, 300ms), fails(reset, 10ms)}};
   retry_policy p{.max_attempts = 3};
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
   CHECK(r.completions == 1);
   // #1 fails at 300, #2 at 400, #3 (started at 200) at 210: #2 fails last.
   CHECK(r.error == refused);
@@ -258,7 +238,7 @@ TEST_CASE("when every attempt fails the operation completes once with the last e
     hedged_op op2{{fails(refused, 10ms)}};
     p.report = coretry::final_error::policy_reason;
     hedge_stats s2;
-    const auto r2 = run(io, op2, p, {.delay = 100ms}, s2);
+    const auto r2 = run_hedge(io, op2, p, {.delay = 100ms}, s2);
     CHECK(r2.completions == 1);
     CHECK(r2.error == coretry::errc::attempts_exhausted);
     CHECK(op2.records.size() == 3);
@@ -272,7 +252,7 @@ TEST_CASE("a failure the policy does not retry ends the operation and cancels th
   retry_policy p{.max_attempts = 3};
   p.retry_if = [](const std::error_code& ec) { return ec != denied; };
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == denied);
   CHECK(stats.reason == denied);
@@ -294,10 +274,7 @@ TEST_CASE("cancelling the caller's slot during hedges completes once with operat
   outcome r;
   coretry::async_hedge<manual_timer>(
       io.get_executor(), [&] { return op(); }, p, {.delay = 100ms, .max_in_flight = 3}, stats,
-      asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec, int) {
-        ++r.completions;
-        r.error = ec;
-      }));
+      asio::bind_cancellation_slot(cancel.slot(), coretry::test::record(r)));
   io.poll();
   for (int i = 0; i < 2; ++i) { // three attempts running
     manual_clock::advance(100ms);
@@ -327,11 +304,7 @@ TEST_CASE("the policy's group token cancels every attempt, and a late cancel cha
   hedge_stats stats;
   outcome r;
   coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, {.delay = 10ms}, stats,
-      [&](std::error_code ec, int) {
-        ++r.completions;
-        r.error = ec;
-      });
+      io.get_executor(), [&] { return op(); }, p, {.delay = 10ms}, stats, coretry::test::record(r));
   io.poll();
   manual_clock::advance(10ms);
   io.poll();
@@ -350,11 +323,7 @@ TEST_CASE("the policy's group token cancels every attempt, and a late cancel cha
     hedged_op op2{{ok(1, 1ms)}};
     outcome r2;
     coretry::async_hedge<manual_timer>(
-        io.get_executor(), [&] { return op2(); }, p, {},
-        [&](std::error_code ec, int) {
-          ++r2.completions;
-          r2.error = ec;
-        });
+        io.get_executor(), [&] { return op2(); }, p, {}, coretry::test::record(r2));
     CHECK(r2.completions == 0); // never inline
     drive(io, [] { return false; });
     CHECK(r2.completions == 1);
@@ -372,7 +341,7 @@ TEST_CASE("an open breaker sends nothing; a hedge it refuses is not sent") {
   retry_policy p{.max_attempts = 3};
   p.breaker = gate;
   hedge_stats stats;
-  const auto r = run(io, op, p, {}, stats);
+  const auto r = run_hedge(io, op, p, {}, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == coretry::errc::circuit_open);
   CHECK(stats.reason == coretry::errc::circuit_open);
@@ -409,7 +378,7 @@ TEST_CASE("the breaker hears exactly one outcome for each attempt it granted") {
   retry_policy p{.max_attempts = 3};
   p.breaker = gate;
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 100ms, .max_in_flight = 2}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 2}, stats);
   CHECK(r.value == 9);
   CHECK(gate->granted == 3);
   CHECK(gate->log == std::vector<std::string>{"failure", "success", "abandoned"});
@@ -423,7 +392,7 @@ TEST_CASE("each hedge is a retry for the budget") {
   retry_policy p{.max_attempts = 3};
   p.budget = budget;
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 50ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 50ms, .max_in_flight = 3}, stats);
   CHECK(r.value == 4);
   CHECK(budget->requests == 1); // one operation
   CHECK(budget->asked == 2);    // two hedges
@@ -437,7 +406,7 @@ TEST_CASE("each hedge is a retry for the budget") {
     hedged_op op2{{ok(6, 500ms)}};
     p.budget = tight;
     hedge_stats s2;
-    const auto r2 = run(io, op2, p, {.delay = 50ms}, s2);
+    const auto r2 = run_hedge(io, op2, p, {.delay = 50ms}, s2);
     CHECK(r2.value == 6);
     CHECK(op2.records.size() == 1);
     CHECK(tight->asked == 1);
@@ -450,7 +419,7 @@ TEST_CASE("each hedge is a retry for the budget") {
     hedged_op op3{{fails(refused, 10ms)}};
     p.budget = tight;
     hedge_stats s3;
-    const auto r3 = run(io, op3, p, {.delay = 50ms}, s3);
+    const auto r3 = run_hedge(io, op3, p, {.delay = 50ms}, s3);
     CHECK(r3.error == refused);
     CHECK(s3.reason == coretry::errc::budget_exhausted);
     CHECK(op3.records.size() == 1);
@@ -465,7 +434,7 @@ TEST_CASE("attempt timeouts start the next hedge; the deadline ends everything")
   retry_policy p{.max_attempts = 10, .deadline = 1s, .attempt_timeout = 300ms};
   p.breaker = gate;
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = coretry::unlimited, .max_in_flight = 2}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = coretry::unlimited, .max_in_flight = 2}, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == coretry::errc::deadline_exceeded);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
@@ -482,7 +451,7 @@ TEST_CASE("rejected results are hedged, and the last one is returned when all ar
   hedged_op op{{ok(503, 10ms), ok(503, 10ms), ok(200, 10ms)}};
   const auto p = retry_policy{.max_attempts = 3}.retry_if_result([](int v) { return v == 503; });
   hedge_stats stats;
-  const auto r = run(io, op, p, {.delay = 1s}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 1s}, stats);
   CHECK(r.value == 200);
   CHECK(op.starts() == std::vector<std::chrono::nanoseconds>{0ms, 10ms, 20ms});
 
@@ -490,7 +459,7 @@ TEST_CASE("rejected results are hedged, and the last one is returned when all ar
     manual_clock::reset();
     hedged_op op2{{ok(503, 10ms)}};
     hedge_stats s2;
-    const auto r2 = run(io, op2, p, {.delay = 1s}, s2);
+    const auto r2 = run_hedge(io, op2, p, {.delay = 1s}, s2);
     CHECK_FALSE(r2.error);
     CHECK(r2.value == 503);
     CHECK(s2.reason == coretry::errc::attempts_exhausted);
@@ -517,12 +486,7 @@ TEST_CASE("a breaker's refusal after a rejected result and a later failure retur
           gate->open = true; // #2 is granted; the breaker refuses whatever comes after it
         return op();
       },
-      p, {.delay = 1s}, stats,
-      [&](std::error_code ec, int v) {
-        ++r.completions;
-        r.error = ec;
-        r.value = v;
-      });
+      p, {.delay = 1s}, stats, coretry::test::record(r));
   drive(io, [] { return false; });
   CHECK(r.completions == 1);
   CHECK(op.starts() == std::vector<std::chrono::nanoseconds>{0ms, 10ms});

@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
 #include <support/fake_gate.hpp>
+#include <support/run_on_manual_clock.hpp>
 #include <support/test_ops.hpp>
 
 #include <atomic>
@@ -112,27 +113,6 @@ retry_policy fixed(unsigned attempts, std::shared_ptr<coretry::retry_observer> o
           .label = "svc"};
 }
 
-struct result {
-  int completions = 0;
-  std::error_code error;
-  int value = 0;
-};
-
-result run_async_retry(asio::io_context& io, scripted_op& op, const retry_policy& p,
-                       coretry::retry_stats& stats) {
-  result r;
-  coretry::async_retry<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, stats,
-      [&](std::error_code ec, int v) {
-        ++r.completions;
-        r.error = ec;
-        r.value = v;
-      });
-  drive(io, [&] { return r.completions > 0; });
-  drive(io, [] { return false; });
-  return r;
-}
-
 } // namespace
 
 TEST_CASE("retry_async emits the documented events in order, with durations and delays") {
@@ -177,7 +157,7 @@ TEST_CASE("async_retry reports giving up, a non-retryable error, and a server hi
   SUBCASE("attempts exhausted") {
     scripted_op op{{fail(refused, 5ms)}};
     coretry::retry_stats stats;
-    const auto out = run_async_retry(io, op, fixed(2, rec), stats);
+    const auto out = run_retry(io, op, fixed(2, rec), stats, drive_until::idle);
     CHECK(out.completions == 1);
     CHECK(out.error == refused);
     const std::string exhausted = make_error_code(coretry::errc::attempts_exhausted).message();
@@ -198,7 +178,7 @@ TEST_CASE("async_retry reports giving up, a non-retryable error, and a server hi
     auto p = fixed(3, rec);
     p.retry_if = [](const std::error_code& ec) { return ec == refused; };
     coretry::retry_stats stats;
-    const auto out = run_async_retry(io, op, p, stats);
+    const auto out = run_retry(io, op, p, stats, drive_until::idle);
     CHECK(out.error == denied);
     CHECK(rec->lines == std::vector<std::string>{
                             "0ms svc start retry",
@@ -247,7 +227,7 @@ TEST_CASE("refusals by the breaker and the budget are events before the operatio
     auto p = fixed(3, rec);
     p.breaker = gate;
     coretry::retry_stats stats;
-    const auto out = run_async_retry(io, op, p, stats);
+    const auto out = run_retry(io, op, p, stats, drive_until::idle);
     CHECK(out.error == coretry::errc::circuit_open);
     CHECK(rec->lines ==
           std::vector<std::string>{"0ms svc start retry", "0ms refused 1 " + open,
@@ -265,7 +245,7 @@ TEST_CASE("refusals by the breaker and the budget are events before the operatio
     auto p = fixed(3, rec);
     p.budget = budget;
     coretry::retry_stats stats;
-    const auto out = run_async_retry(io, op, p, stats);
+    const auto out = run_retry(io, op, p, stats, drive_until::idle);
     CHECK(out.error == refused);
     const std::string broke = make_error_code(coretry::errc::budget_exhausted).message();
     CHECK(rec->lines == std::vector<std::string>{
@@ -287,19 +267,11 @@ TEST_CASE("a hedge emits started, abandoned and finished for every attempt") {
   scripted_op op{{succeed(1, 500ms), succeed(2, 150ms), hang()}};
   auto p = fixed(3, rec);
   p.label = "h";
-  int completions = 0;
-  int value = 0;
-  coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, {.delay = 100ms, .max_in_flight = 3},
-      [&](std::error_code ec, int v) {
-        ++completions;
-        CHECK_FALSE(ec);
-        value = v;
-      });
-  drive(io, [&] { return completions > 0; });
-  drive(io, [] { return false; });
-  CHECK(completions == 1);
-  CHECK(value == 2);
+  coretry::hedge_stats stats;
+  const auto out = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  CHECK_FALSE(out.error);
+  CHECK(out.completions == 1);
+  CHECK(out.value == 2);
   const std::string aborted = coretry::test::operation_aborted.message();
   CHECK(rec->lines == std::vector<std::string>{
                           "0ms h start hedge",
@@ -325,7 +297,7 @@ TEST_CASE("an observer that throws changes nothing: the operation completes once
   SUBCASE("retry") {
     scripted_op op{{fail(refused, 10ms), fail(refused, 10ms), succeed(7, 10ms)}};
     coretry::retry_stats stats;
-    const auto out = run_async_retry(io, op, fixed(5, boom), stats);
+    const auto out = run_retry(io, op, fixed(5, boom), stats, drive_until::idle);
     CHECK(out.completions == 1);
     CHECK_FALSE(out.error);
     CHECK(out.value == 7);
@@ -336,21 +308,11 @@ TEST_CASE("an observer that throws changes nothing: the operation completes once
   }
   SUBCASE("hedge") {
     scripted_op op{{succeed(1, 500ms), succeed(2, 150ms), hang()}};
-    int completions = 0;
-    int value = 0;
     coretry::hedge_stats stats;
-    coretry::async_hedge<manual_timer>(
-        io.get_executor(), [&] { return op(); }, fixed(3, boom),
-        {.delay = 100ms, .max_in_flight = 3}, stats,
-        [&](std::error_code ec, int v) {
-          ++completions;
-          CHECK_FALSE(ec);
-          value = v;
-        });
-    drive(io, [&] { return completions > 0; });
-    drive(io, [] { return false; });
-    CHECK(completions == 1);
-    CHECK(value == 2);
+    const auto out = run_hedge(io, op, fixed(3, boom), {.delay = 100ms, .max_in_flight = 3}, stats);
+    CHECK_FALSE(out.error);
+    CHECK(out.completions == 1);
+    CHECK(out.value == 2);
     CHECK(stats.attempts == 3);
     CHECK(stats.abandoned == 2);
     CHECK(boom->calls == 12);
@@ -378,7 +340,7 @@ TEST_CASE("observe_breaker labels a breaker's transitions") {
   auto p = fixed(3, rec);
   p.breaker = breaker;
   coretry::retry_stats stats;
-  const auto out = run_async_retry(io, op, p, stats);
+  const auto out = run_retry(io, op, p, stats, drive_until::idle);
   // A breaker's refusal reports itself, whatever `report` says (one outcome per cause).
   CHECK(out.error == coretry::errc::circuit_open);
   const std::string open = make_error_code(coretry::errc::circuit_open).message();
@@ -473,7 +435,7 @@ TEST_CASE("a budget refusal after an on_open::wait wait is a refused event") {
   p.when_open = coretry::on_open::wait;
   p.budget = std::make_shared<one_retry>();
   coretry::retry_stats stats;
-  (void)run_async_retry(io, op, p, stats);
+  (void)run_retry(io, op, p, stats, drive_until::idle);
   CHECK(stats.reason == coretry::errc::budget_exhausted);
   const std::string broke = make_error_code(coretry::errc::budget_exhausted).message();
   bool seen = false;

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
 #include <support/fake_gate.hpp>
+#include <support/run_on_manual_clock.hpp>
 #include <support/test_ops.hpp>
 
 #include <chrono>
@@ -40,26 +41,6 @@ struct fake_rate final : coretry::send_rate {
   void on_success(std::chrono::nanoseconds) noexcept override { ++succeeded; }
 };
 
-struct run_result {
-  int completions = 0;
-  std::error_code error;
-  int value = 0;
-};
-
-run_result run(asio::io_context& io, scripted_op& op, const retry_policy& p,
-               coretry::retry_stats& stats) {
-  run_result r;
-  coretry::async_retry<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, stats,
-      [&](std::error_code ec, int v) {
-        ++r.completions;
-        r.error = ec;
-        r.value = v;
-      });
-  drive(io, [&] { return r.completions > 0; });
-  return r;
-}
-
 } // namespace
 
 TEST_CASE("an open breaker stops the operation before anything is sent") {
@@ -71,7 +52,7 @@ TEST_CASE("an open breaker stops the operation before anything is sent") {
   retry_policy p{.max_attempts = 3};
   p.breaker = gate;
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == coretry::errc::circuit_open); // no attempt error exists: the reason
   CHECK(stats.reason == coretry::errc::circuit_open);
@@ -90,7 +71,7 @@ TEST_CASE("the breaker hears once about every attempt it granted") {
   p.retry_if = [&](const std::error_code& ec) { return ec != denied; };
   p.breaker = gate;
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.error == denied);
   // Refused twice (the upstream is unwell), then a permanent error: the upstream answered.
   CHECK(gate->log == std::vector<std::string>{"failure", "failure", "success"});
@@ -103,7 +84,7 @@ TEST_CASE("the breaker hears once about every attempt it granted") {
     p2.breaker = gate2;
     p2.on_retry = [&](const coretry::retry_event&) { gate2->open = true; };
     coretry::retry_stats s2;
-    const auto r2 = run(io, op2, p2, s2);
+    const auto r2 = run_retry(io, op2, p2, s2);
     // One outcome per cause: the refusal reports circuit_open even though an attempt ran (as
     // when none did); the attempt's own error stays in the stats.
     CHECK(r2.error == coretry::errc::circuit_open);
@@ -124,7 +105,7 @@ TEST_CASE("a breaker's refusal after a rejected result reports circuit_open, wit
   p.breaker = gate;
   p.on_retry = [&](const coretry::retry_event&) { gate->open = true; };
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   // Before: the 503 came back as a plain result, only stats.reason said circuit_open.
   CHECK(r.error == coretry::errc::circuit_open);
   CHECK(r.value == 503); // the last (rejected) result travels with the error
@@ -185,7 +166,7 @@ TEST_CASE("a sending rate delays first attempts and retries alike, on the timer"
   retry_policy p{.max_attempts = 5, .backoff = coretry::backoff::fixed(10ms)};
   p.rate_limit = rate;
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.value == 7);
   // 50 ms for the first token; 10 ms backoff, no wait; 10 ms backoff, then 30 ms for a token.
   CHECK(op.started == std::vector<manual_clock::duration>{50ms, 60ms, 100ms});
@@ -206,7 +187,7 @@ TEST_CASE("timeouts slow the sending rate down; a wait past the deadline stops t
                  .backoff = coretry::backoff::fixed(10ms)};
   p.rate_limit = rate;
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.error == coretry::errc::deadline_exceeded);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
   CHECK(op.calls == 1);
@@ -241,7 +222,7 @@ TEST_CASE("a retry_if that throws still reports the attempt to the breaker") {
   p.breaker = gate;
   p.retry_if = [](const std::error_code&) -> bool { throw std::logic_error("bug"); };
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.error == coretry::errc::unexpected_exception);
   CHECK(gate->log == std::vector<std::string>{"abandoned"});
 }
