@@ -28,8 +28,10 @@
 /// An operation destroyed uncompleted with its execution context (its handler destroyed
 /// uncalled) sends no `operation_finished`, as it calls no handler.
 ///
-/// Breaker transitions come from the breaker, not from an operation: `observe_breaker` turns an
-/// observer into a breaker's `on_transition`.
+/// Breaker transitions come from the breaker, not from an operation: `make_observed_breaker`
+/// builds a breaker that tells an observer (and hands itself with each event, so the observer can
+/// read its current state); `observe_breaker` turns an observer into an existing options'
+/// `on_transition`.
 ///
 /// **Threads.** An observer is one object for every operation of every policy it is set on, so
 /// its members are called concurrently, from the threads running those operations (the events
