@@ -2,7 +2,7 @@
 // HTTP under retries, against coretry_bench_server in its own process (started here, on
 // loopback, fresh for every run). One variant per process.
 //
-//   coretry_http_bench --mode=throughput --variant=coretry|multi|threads [--count=10000]
+//   coretry_http_bench --mode=throughput --variant=coretry|cores|multi|threads [--count=10000]
 //     `count` GETs, a fixed half of them failing their first attempt with 503; at most 64 in
 //     flight, at most 32 connections, retried after 1 ms, 3 attempts at most.
 //       coretry   coretry::curl::retry on one thread
@@ -10,7 +10,11 @@
 //                 core, the in-flight and connection limits split between them
 //       multi     a hand-written curl multi-socket loop driven by Asio, same retry rule
 //       threads   64 threads, each retrying with curl_easy_perform and its own easy handle
-//     Prints ok_per_s, attempts, peak_threads, peak_sockets, peak_rss_mb.
+//     Prints ok_per_s, attempts, peak_threads, peak_sockets, peak_rss_mb, run_rss_mb (peak RSS
+//     less the RSS before the run), client_cpu_us and server_cpu_us (CPU time, user + system,
+//     of this process and of the server per successful request).
+//     --threads=N (cores only): that many threads, io_contexts and clients instead of one per
+//     core.
 //
 //   coretry_http_bench --mode=waiting --variant=coretry|threads [--count=10000]
 //     `count` GETs whose first attempt fails with 503, then all asleep in an hour's backoff.
@@ -773,6 +777,7 @@ int main(int argc, char** argv) try {
   } else if (mode == "throughput") {
     totals t;
     const double client0 = own_cpu_seconds(), server0 = server.cpu_seconds();
+    const long rss0 = cb::proc_status("VmRSS");
     if (variant == "coretry")
       t = coretry_throughput(server, n);
     else if (variant == "cores")
@@ -792,6 +797,9 @@ int main(int argc, char** argv) try {
     const double ok = double(std::max(1L, t.ok));
     cb::sample("http_client_cpu_us", variant, (own_cpu_seconds() - client0) * 1e6 / ok);
     cb::sample("http_server_cpu_us", variant, (server.cpu_seconds() - server0) * 1e6 / ok);
+    // What the run added to the process: its peak RSS less the RSS before it (libraries, the
+    // server's pipe and the like are in both and say nothing of the variant).
+    cb::sample("http_run_rss_mb", variant, double(cb::proc_status("VmHWM") - rss0) / 1048576.0);
     return t.ok == n ? 0 : 1;
   }
   throw std::invalid_argument("unknown --mode/--variant: '" + mode + "'/'" + variant + "'");
