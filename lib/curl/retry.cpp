@@ -7,6 +7,27 @@
 
 namespace coretry::curl::detail {
 
+namespace {
+
+// Awaits `op` (a `retry` or `hedge` front end's operation). A breaker's refusal comes out as
+// `circuit_open_error` with the last rejected response. With `detail` (retry: one attempt at a
+// time, so the last transport error is the one that ended it), that error is thrown again with
+// libcurl's account of the failure in what() ("SSL certificate problem: ...").
+asio::awaitable<response> with_http_errors(asio::awaitable<response> op,
+                                           std::shared_ptr<http_retry_state> st, bool detail) {
+  try {
+    co_return co_await std::move(op);
+  } catch (const std::system_error& e) {
+    if (e.code() == coretry::errc::circuit_open)
+      throw circuit_open_error(std::move(st->last_rejected));
+    if (!detail || st->last_detail.empty() || e.code() != st->last_error)
+      throw;
+    throw std::system_error(e.code(), st->last_detail);
+  }
+}
+
+} // namespace
+
 void apply_registry(const client& c, const request& req, coretry::retry_policy& p) {
   if (const auto& registry = c.options().resilience)
     registry->apply(p, coretry::endpoint::from_url(req.url));

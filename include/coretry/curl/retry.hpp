@@ -178,7 +178,7 @@ CORETRY_CURL_API void apply_registry(const client& c, const request& req, coretr
 
 // What every front end below starts from: the request checked at the call (so a bad one throws
 // there, whatever the token), the attempt function, and the HTTP-aware policy sharing its state.
-// With the shared state too (`with_http_errors` reads it).
+// With the shared state too (lib/curl/retry.cpp reads it after the operation).
 inline auto prepare_http_shared(client& c, request req, coretry::retry_policy policy) {
   req.validate();
   apply_registry(c, req, policy);
@@ -195,23 +195,6 @@ template <class Prepared> auto attempt_and_policy(Prepared prepared) {
 
 inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
   return attempt_and_policy(prepare_http_shared(c, std::move(req), std::move(policy)));
-}
-
-// Awaits `op` (a `retry` or `hedge` front end's operation). A breaker's refusal comes out as
-// `circuit_open_error` with the last rejected response. With `detail` (retry: one attempt at a
-// time, so the last transport error is the one that ended it), that error is thrown again with
-// libcurl's account of the failure in what() ("SSL certificate problem: ...").
-inline asio::awaitable<response>
-with_http_errors(asio::awaitable<response> op, std::shared_ptr<http_retry_state> st, bool detail) {
-  try {
-    co_return co_await std::move(op);
-  } catch (const std::system_error& e) {
-    if (e.code() == coretry::errc::circuit_open)
-      throw circuit_open_error(std::move(st->last_rejected));
-    if (!detail || st->last_detail.empty() || e.code() != st->last_error)
-      throw;
-    throw std::system_error(e.code(), st->last_detail);
-  }
 }
 
 // The two `retry` overloads below, compiled once in libcoretry_curl (lib/curl/retry.cpp) rather
