@@ -2,7 +2,7 @@
 // HTTP under retries, against coretry_bench_server in its own process (started here, on
 // loopback, fresh for every run). One variant per process.
 //
-//   coretry_http_bench --mode=throughput --variant=coretry|multi|threads [--count=10000]
+//   coretry_http_bench --mode=throughput --variant=coretry|cores|multi|threads [--count=10000]
 //     `count` GETs, a fixed half of them failing their first attempt with 503; at most 64 in
 //     flight, at most 32 connections, retried after 1 ms, 3 attempts at most.
 //       coretry   coretry::curl::retry on one thread
@@ -10,7 +10,11 @@
 //                 core, the in-flight and connection limits split between them
 //       multi     a hand-written curl multi-socket loop driven by Asio, same retry rule
 //       threads   64 threads, each retrying with curl_easy_perform and its own easy handle
-//     Prints ok_per_s, attempts, peak_threads, peak_sockets, peak_rss_mb.
+//     Prints ok_per_s, attempts, peak_threads, peak_sockets, peak_rss_mb, run_rss_mb (peak RSS
+//     less the RSS before the run), client_cpu_us and server_cpu_us (CPU time, user + system,
+//     of this process and of the server per successful request).
+//     --threads=N (cores only): that many threads, io_contexts and clients instead of one per
+//     core.
 //
 //   coretry_http_bench --mode=waiting --variant=coretry|threads [--count=10000]
 //     `count` GETs whose first attempt fails with 503, then all asleep in an hour's backoff.
@@ -39,6 +43,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -100,6 +105,23 @@ public:
   }
   std::string url(long id) const {
     return "http://127.0.0.1:" + std::to_string(port_) + "/r/" + std::to_string(id);
+  }
+  /// CPU seconds (user + system) the server has used so far, from /proc/<pid>/stat.
+  double cpu_seconds() const {
+    std::FILE* f = std::fopen(("/proc/" + std::to_string(pid_) + "/stat").c_str(), "r");
+    if (!f)
+      return -1;
+    char buf[1024];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // Fields after the command's closing parenthesis: 3 state ... 14 utime, 15 stime.
+    const char* p = std::strrchr(buf, ')');
+    unsigned long utime = 0, stime = 0;
+    if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                          &stime) != 2)
+      return -1;
+    return double(utime + stime) / double(::sysconf(_SC_CLK_TCK));
   }
 
 private:
@@ -168,6 +190,14 @@ struct totals {
   peaks peak;
 };
 
+/// CPU seconds (user + system) this process has used so far.
+double own_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 void report(const char* variant, long n, const totals& t) {
   if (t.ok != n)
     std::fprintf(stderr, "coretry_http_bench: %s: %ld of %ld succeeded\n", variant, t.ok, n);
@@ -233,8 +263,7 @@ totals coretry_throughput(const server_process& server, long n) {
 
 /// HTTP on every core: a client per thread, each on its own io_context (the client runs every
 /// libcurl call under its own lock, so one client on a multi-threaded context would serialize).
-totals cores_throughput(const server_process& server, long n) {
-  const long cores = std::max(1L, long(std::thread::hardware_concurrency()));
+totals cores_throughput(const server_process& server, long n, long cores) {
   totals t;
   std::atomic<long> next{0}, ok{0}, attempts{0}, sockets{0};
   const coretry::retry_policy policy{.max_attempts = max_attempts,
@@ -747,10 +776,15 @@ int main(int argc, char** argv) try {
     return coretry_soak(server, n, cb::count_option(argc, argv, "every", std::max(1L, n / 20)));
   } else if (mode == "throughput") {
     totals t;
+    const double client0 = own_cpu_seconds(), server0 = server.cpu_seconds();
+    const long rss0 = cb::proc_status("VmRSS");
     if (variant == "coretry")
       t = coretry_throughput(server, n);
     else if (variant == "cores")
-      t = cores_throughput(server, n);
+      t = cores_throughput(
+          server, n,
+          cb::count_option(argc, argv, "threads",
+                           std::max(1L, long(std::thread::hardware_concurrency()))));
     else if (variant == "multi")
       t = multi_throughput(server, n);
     else if (variant == "threads")
@@ -759,6 +793,13 @@ int main(int argc, char** argv) try {
       throw std::invalid_argument("--variant must be coretry, cores, multi or threads, not '" +
                                   variant + "'");
     report(variant.c_str(), n, t);
+    // Where the CPU went, per successful request: this process's, and the server's.
+    const double ok = double(std::max(1L, t.ok));
+    cb::sample("http_client_cpu_us", variant, (own_cpu_seconds() - client0) * 1e6 / ok);
+    cb::sample("http_server_cpu_us", variant, (server.cpu_seconds() - server0) * 1e6 / ok);
+    // What the run added to the process: its peak RSS less the RSS before it (libraries, the
+    // server's pipe and the like are in both and say nothing of the variant).
+    cb::sample("http_run_rss_mb", variant, double(cb::proc_status("VmHWM") - rss0) / 1048576.0);
     return t.ok == n ? 0 : 1;
   }
   throw std::invalid_argument("unknown --mode/--variant: '" + mode + "'/'" + variant + "'");

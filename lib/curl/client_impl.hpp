@@ -64,6 +64,8 @@ private:
   void abort_failed(bool all, std::error_code ec) override;
 
   client_options options_;
+  /// defaults_.plain_headers, owned: freed after the last handle is cleaned up (shutdown).
+  std::unique_ptr<curl_slist, void (*)(curl_slist*)> plain_headers_{nullptr, &curl_slist_free_all};
   easy_defaults defaults_;
   /// Admission (see client_options::max_concurrent_requests): transfers in libcurl hold `cost`
   /// units each out of `capacity_` (0 = unlimited; a product too large saturates at SIZE_MAX). By connections, an HTTP/1.1 transfer costs

@@ -260,7 +260,12 @@ int multi_driver::on_socket(CURL* easy, curl_socket_t fd, int what, void* userp,
 int multi_driver::socket_changed(curl_socket_t fd, int what) {
   auto* self = this;
   auto it = self->sockets_.find(fd);
-  if (it != self->sockets_.end() && !it->second->foreign && !still_open(*it->second)) {
+  // The identity check costs an fstat(); it is needed only while libcurl may still close the
+  // socket without telling us, during its connect (see still_open). Once libcurl waited for
+  // nothing but input on it, the connection is up and every close comes through
+  // on_close_socket: a kept-alive connection's REMOVE and reuse cost no system call.
+  if (it != self->sockets_.end() && !it->second->foreign && !it->second->past_connect &&
+      !still_open(*it->second)) {
     self->forget_closed(it);
     it = self->sockets_.end();
   }
@@ -297,6 +302,7 @@ int multi_driver::socket_changed(curl_socket_t fd, int what) {
     it = self->sockets_.emplace(fd, std::move(s)).first;
   }
   it->second->want = what;
+  it->second->past_connect = it->second->past_connect || what == CURL_POLL_IN;
   self->arm(*it->second);
   return 0;
 }

@@ -34,6 +34,10 @@ struct socket_entry {
   bool reading = false;               ///< a read wait (or posted read event) is pending
   bool writing = false;
   bool foreign = false;
+  /// Whether libcurl's last interest in it (before any CURL_POLL_REMOVE) was CURL_POLL_IN alone:
+  /// past its connect, a socket libcurl only closes through on_close_socket, so its identity
+  /// needs no check (see multi_driver::still_open).
+  bool past_connect = false;
   dev_t dev = 0; ///< identity of the open file, to notice libcurl closing it behind our back
   ino_t ino = 0;
 };

@@ -151,7 +151,44 @@ CURLcode configure_tls(CURL* e, const tls_options& tls) {
   return rc;
 }
 
+// Appends to `list` the header lines of `r` under client options `o`: the request's own
+// headers, then the removal of libcurl's default headers that the caller did not ask for;
+// false when out of memory (what was appended stays in `list`, for the caller to free).
+bool append_header_lines(curl_slist*& list, const request& r, const client_options* o) {
+  auto append = [&](const std::string& line) {
+    curl_slist* next = curl_slist_append(list, line.c_str());
+    if (next)
+      list = next;
+    return next != nullptr;
+  };
+  for (const auto& [name, value] : r.headers) {
+    std::string line = name;
+    line += value.empty() ? ";" : ": "; // "Name;" sends an empty value in libcurl
+    line += value;
+    if (!append(line))
+      return false;
+  }
+  // libcurl's default headers, which the caller did not ask for: "Name:" removes one.
+  // Content-Type: libcurl labels every body application/x-www-form-urlencoded; a body is sent
+  // as is, labelled only by the caller's own Content-Type.
+  if (!r.header("Content-Type") && !append("Content-Type:"))
+    return false;
+  // Expect: 100-continue, for bodies over 1 MiB, only when asked (expect_continue_timeout).
+  if (!r.header("Expect") && (!o || o->expect_continue_timeout.count() == 0) && !append("Expect:"))
+    return false;
+  return true;
+}
+
 } // namespace
+
+curl_slist* plain_header_lines(const client_options* o) {
+  curl_slist* list = nullptr;
+  if (!append_header_lines(list, request{}, o)) {
+    curl_slist_free_all(list);
+    return nullptr;
+  }
+  return list;
+}
 
 std::atomic<unsigned> armed_faults{0};
 
@@ -246,28 +283,15 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   }
   // A proxy's reply to CONNECT is not a response of the request's (header_lines.hpp).
   set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
-  auto append = [&](const std::string& line) {
-    curl_slist* next = curl_slist_append(t.header_list, line.c_str());
-    if (next)
-      t.header_list = next;
-    return next != nullptr;
-  };
-  for (const auto& [name, value] : r.headers) {
-    std::string line = name;
-    line += value.empty() ? ";" : ": "; // "Name;" sends an empty value in libcurl
-    line += value;
-    if (!append(line))
-      return CURLE_OUT_OF_MEMORY;
-  }
   const client_options* o = defaults.options;
-  // libcurl's default headers, which the caller did not ask for: "Name:" removes one.
-  // Content-Type: libcurl labels every body application/x-www-form-urlencoded; a body is sent
-  // as is, labelled only by the caller's own Content-Type.
-  if (!r.header("Content-Type") && !append("Content-Type:"))
-    return CURLE_OUT_OF_MEMORY;
-  // Expect: 100-continue, for bodies over 1 MiB, only when asked (expect_continue_timeout).
-  if (!r.header("Expect") && (!o || o->expect_continue_timeout.count() == 0) && !append("Expect:"))
-    return CURLE_OUT_OF_MEMORY;
+  // Header lines: a request without headers of its own shares the client's list (libcurl
+  // keeps a pointer, no copy: it only has to outlive the transfer); any other gets its own.
+  const curl_slist* lines = defaults.plain_headers;
+  if (!r.headers.empty() || !lines) {
+    if (!append_header_lines(t.header_list, r, o))
+      return CURLE_OUT_OF_MEMORY;
+    lines = t.header_list;
+  }
   if (o) {
     if (o->expect_continue_timeout.count() > 0)
       set(CURLOPT_EXPECT_100_TIMEOUT_MS, static_cast<long>(o->expect_continue_timeout.count()));
@@ -285,8 +309,8 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
     if (o->decompress)
       set(CURLOPT_ACCEPT_ENCODING, "");
   }
-  if (t.header_list)
-    set(CURLOPT_HTTPHEADER, t.header_list);
+  if (lines)
+    set(CURLOPT_HTTPHEADER, lines);
 
   // CURLOPT_POSTFIELDS turns the request into a POST, so any other method with a body is
   // named explicitly: a GET with a body must still go out as GET. A HEAD never has a body

@@ -3,34 +3,64 @@
 // include/coretry/curl/retry.hpp: detail::retry_compiled).
 #include <coretry/curl/hedge.hpp>
 #include <coretry/curl/retry.hpp>
+#include <coretry/registry.hpp>
 
 namespace coretry::curl::detail {
 
+namespace {
+
+// Awaits `op` (a `retry` or `hedge` front end's operation). A breaker's refusal comes out as
+// `circuit_open_error` with the last rejected response. With `detail` (retry: one attempt at a
+// time, so the last transport error is the one that ended it), that error is thrown again with
+// libcurl's account of the failure in what() ("SSL certificate problem: ...").
+asio::awaitable<response> with_http_errors(asio::awaitable<response> op,
+                                           std::shared_ptr<http_retry_state> st, bool detail) {
+  try {
+    co_return co_await std::move(op);
+  } catch (const std::system_error& e) {
+    if (e.code() == coretry::errc::circuit_open)
+      throw circuit_open_error(std::move(st->last_rejected));
+    if (!detail || st->last_detail.empty() || e.code() != st->last_error)
+      throw;
+    throw std::system_error(e.code(), st->last_detail);
+  }
+}
+
+} // namespace
+
+void apply_registry(const client& c, const request& req, coretry::retry_policy& p) {
+  if (const auto& registry = c.options().resilience)
+    registry->apply(p, coretry::endpoint::from_url(req.url));
+}
+
 asio::awaitable<response> retry_compiled(client& c, request req, coretry::retry_policy policy) {
   auto [attempt, p, st] = prepare_http_shared(c, std::move(req), std::move(policy));
-  return with_detail(coretry::retry_async(std::move(attempt), std::move(p)), std::move(st));
+  return with_http_errors(coretry::retry_async(std::move(attempt), std::move(p)), std::move(st),
+                          true);
 }
 
 asio::awaitable<response> retry_compiled(client& c, request req, coretry::retry_policy policy,
                                          coretry::retry_stats& stats) {
   auto [attempt, p, st] = prepare_http_shared(c, std::move(req), std::move(policy));
-  return with_detail(coretry::retry_async(std::move(attempt), std::move(p), stats), std::move(st));
+  return with_http_errors(coretry::retry_async(std::move(attempt), std::move(p), stats),
+                          std::move(st), true);
 }
 
 asio::awaitable<response> hedge_compiled(client& c, request req, coretry::retry_policy policy,
                                          coretry::hedge_options options) {
   auto [attempt, p, st] = prepare_hedge_shared(c, std::move(req), std::move(policy));
-  return with_refusal(coretry::hedge_async(std::move(attempt), std::move(p), std::move(options)),
-                      std::move(st));
+  return with_http_errors(
+      coretry::hedge_async(std::move(attempt), std::move(p), std::move(options)), std::move(st),
+      false);
 }
 
 asio::awaitable<response> hedge_compiled(client& c, request req, coretry::retry_policy policy,
                                          coretry::hedge_options options,
                                          coretry::hedge_stats& stats) {
   auto [attempt, p, st] = prepare_hedge_shared(c, std::move(req), std::move(policy));
-  return with_refusal(
+  return with_http_errors(
       coretry::hedge_async(std::move(attempt), std::move(p), std::move(options), stats),
-      std::move(st));
+      std::move(st), false);
 }
 
 } // namespace coretry::curl::detail

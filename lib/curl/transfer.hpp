@@ -78,7 +78,15 @@ struct easy_defaults {
   std::size_t max_headers = 0;             ///< client_options::max_response_headers
   const client_options* options = nullptr; ///< the client's (stall, Expect, proxy, encodings)
   const tls_options* tls = nullptr;        ///< the client's; `request::tls` replaces it
+  /// The header lines of every request without headers of its own (libcurl's unwanted default
+  /// headers removed, see configure_easy), built once by the client and owned by it; null: built
+  /// per transfer.
+  const curl_slist* plain_headers = nullptr;
 };
+
+/// The header lines `configure_easy` gives a request without headers of its own, under the
+/// client options `o`; null when out of memory. The caller frees them (curl_slist_free_all).
+curl_slist* plain_header_lines(const client_options* o);
 
 /// Sets `t.easy` up for `t.req` (callbacks writing into `t.resp`, headers into
 /// `t.header_list`, CURLOPT_PIPEWAIT when `t.pipewait`). The socket callbacks are the driver's

@@ -74,6 +74,8 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
   defaults_.max_body = options_.max_response_body;
   defaults_.max_headers = options_.max_response_headers;
   defaults_.options = &options_;
+  plain_headers_.reset(plain_header_lines(&options_)); // null (out of memory): per transfer
+  defaults_.plain_headers = plain_headers_.get();
   if (options_.max_concurrent_requests > 0) {
     capacity_ = options_.max_concurrent_requests;
   } else if (options_.max_total_connections > 0) {

@@ -88,6 +88,40 @@ TEST_CASE("methods, request headers and bodies are sent") {
   CHECK(c.stats().pooled_handles == 1);
 }
 
+TEST_CASE("a request's own header lines never follow its easy handle to the next request") {
+  // Requests without headers of their own share one list of the client's; the others get their
+  // own. One pooled handle carries them all in turn.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor(), {.pool_size = 1});
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    request with_headers{.method = "POST",
+                         .url = server.url(),
+                         .headers = {{"X-Key", "v"}, {"Content-Type", "text/plain"}},
+                         .body = "a"};
+    request plain_post{.method = "POST", .url = server.url(), .body = "b"};
+    request plain_get{.url = server.url()};
+    request with_expect{.url = server.url(), .headers = {{"Expect", "100-continue"}}};
+    co_await c.perform(with_headers);
+    co_await c.perform(plain_post);
+    co_await c.perform(plain_get);
+    co_await c.perform(with_expect);
+    co_await c.perform(plain_get);
+  }());
+  REQUIRE(server.log().size() == 5);
+  CHECK(server.log()[0].header("x-key") == "v");
+  CHECK(server.log()[0].header("content-type") == "text/plain");
+  for (const std::size_t i : {1, 2, 4}) {
+    CAPTURE(i);
+    CHECK(server.log()[i].header("x-key").empty());
+    CHECK(server.log()[i].header("content-type").empty()); // libcurl's default label removed
+    CHECK(server.log()[i].header("expect").empty());
+  }
+  CHECK(server.log()[1].body == "b");
+  CHECK(server.log()[3].header("expect") == "100-continue");
+  CHECK(c.stats().pooled_handles == 1);
+}
+
 TEST_CASE("transport failures are curl errors") {
   asio::io_context io;
   http_fault_server server(io.get_executor());

@@ -8,7 +8,6 @@
 #include <coretry/curl/request.hpp>
 #include <coretry/detail/asio.hpp>
 #include <coretry/export.hpp>
-#include <coretry/registry.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -18,6 +17,10 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+
+namespace coretry {
+class endpoint_registry; // coretry/registry.hpp: only who builds one needs it
+} // namespace coretry
 
 namespace coretry::curl {
 

@@ -43,20 +43,7 @@ inline auto prepare_hedge_shared(client& c, request req, coretry::retry_policy p
 }
 
 inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) {
-  auto [attempt, p, st] = prepare_hedge_shared(c, std::move(req), std::move(policy));
-  return std::pair{std::move(attempt), std::move(p)};
-}
-
-// Awaits `op`; a breaker's refusal comes out as `circuit_open_error` with the last response.
-inline asio::awaitable<response> with_refusal(asio::awaitable<response> op,
-                                              std::shared_ptr<http_retry_state> st) {
-  try {
-    co_return co_await std::move(op);
-  } catch (const std::system_error& e) {
-    if (e.code() != coretry::errc::circuit_open)
-      throw;
-    throw circuit_open_error(std::move(st->last_rejected));
-  }
+  return attempt_and_policy(prepare_hedge_shared(c, std::move(req), std::move(policy)));
 }
 
 // The two `hedge` overloads below, compiled once in libcoretry_curl (lib/curl/retry.cpp), as

@@ -172,15 +172,13 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
 }
 
 // The client's registry, when it has one, supplies the policy's breaker, budget and rate for
-// the request's origin (see `client_options::resilience`).
-inline void apply_registry(const client& c, const request& req, coretry::retry_policy& p) {
-  if (const auto& registry = c.options().resilience)
-    registry->apply(p, coretry::endpoint::from_url(req.url));
-}
+// the request's origin (see `client_options::resilience`). Out of line (lib/curl/retry.cpp), so
+// that no curl header needs coretry/registry.hpp.
+CORETRY_CURL_API void apply_registry(const client& c, const request& req, coretry::retry_policy& p);
 
 // What every front end below starts from: the request checked at the call (so a bad one throws
 // there, whatever the token), the attempt function, and the HTTP-aware policy sharing its state.
-// With the shared state too (`with_detail` reads it).
+// With the shared state too (lib/curl/retry.cpp reads it after the operation).
 inline auto prepare_http_shared(client& c, request req, coretry::retry_policy policy) {
   req.validate();
   apply_registry(c, req, policy);
@@ -189,24 +187,14 @@ inline auto prepare_http_shared(client& c, request req, coretry::retry_policy po
   return std::tuple{make_http_attempt(st), std::move(p), st};
 }
 
-inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
-  auto [attempt, p, st] = prepare_http_shared(c, std::move(req), std::move(policy));
+// The attempt and the policy of a `prepare_*_shared` result, for the completion-token forms.
+template <class Prepared> auto attempt_and_policy(Prepared prepared) {
+  auto& [attempt, p, st] = prepared;
   return std::pair{std::move(attempt), std::move(p)};
 }
 
-// Awaits `op`; when it throws the last attempt's transport error, throws it again with
-// libcurl's account of the failure in what() ("SSL certificate problem: ...").
-inline asio::awaitable<response> with_detail(asio::awaitable<response> op,
-                                             std::shared_ptr<http_retry_state> st) {
-  try {
-    co_return co_await std::move(op);
-  } catch (const std::system_error& e) {
-    if (e.code() == coretry::errc::circuit_open)
-      throw circuit_open_error(std::move(st->last_rejected));
-    if (st->last_detail.empty() || e.code() != st->last_error)
-      throw;
-    throw std::system_error(e.code(), st->last_detail);
-  }
+inline auto prepare_http(client& c, request req, coretry::retry_policy policy) {
+  return attempt_and_policy(prepare_http_shared(c, std::move(req), std::move(policy)));
 }
 
 // The two `retry` overloads below, compiled once in libcoretry_curl (lib/curl/retry.cpp) rather
