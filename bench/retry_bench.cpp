@@ -16,6 +16,9 @@
 //                                              coroutine)
 //   timeout_ns     coretry_timeout, coretry_timeout_shared
 //                                              vs or_timer (`op() || timer.async_wait()`)
+//   timeout_cb_ns  coretry_timeout_cb (async_retry with an attempt timeout, token attempt,
+//                  callback handler)           vs callback_timeout (the same by hand: handlers,
+//                                              a steady_timer and a cancellation_signal)
 //   jitter_ns      coretry_full                vs mt19937_64 (+ uniform_real_distribution)
 //   success_ns     coretry_observed (shared_policy with an observer that does nothing),
 //                  coretry_counted (one that counts every event)
@@ -243,6 +246,23 @@ int main(int argc, char** argv) try {
     put("timeout_ns", "coretry_timeout_shared", [&] {
       return time_awaits(
           timed_calls, [] { return coretry::retry_async(one_round_trip, shared_timeout_policy); });
+    });
+    put("timeout_cb_ns", "callback_timeout", [&] {
+      return time_callbacks(timed_calls, [](const asio::io_context::executor_type& ex, auto& done) {
+        cb::start_callback_timeout_retry(
+            ex, [ex](auto handler) { cb::post_result(ex, std::error_code{}, std::move(handler)); },
+            done, 3, 10s, 100ms);
+      });
+    });
+    put("timeout_cb_ns", "coretry_timeout_cb", [&] {
+      return time_callbacks(timed_calls, [](const asio::io_context::executor_type& ex, auto& done) {
+        coretry::async_retry(
+            ex,
+            [ex](auto&& token) {
+              return cb::post_result(ex, std::error_code{}, std::forward<decltype(token)>(token));
+            },
+            timeout_policy, done);
+      });
     });
     put("jitter_ns", "mt19937_64", [&] { return mt_full_jitter(jitter_calls); });
     put("jitter_ns", "coretry_full", [&] { return coretry_full_jitter(jitter_calls); });

@@ -20,6 +20,8 @@
 //                   failing through a post; one group token cancels all
 //   callback        the same retry by hand, with completion handlers and a steady_timer (no
 //                   coroutine); not cancellable, so no cancel_s
+//   callback_signal callback plus one cancellation_signal each, bound to its sleep and emitted
+//                   one by one to cancel all
 //
 // --mode=accuracy: `count` sleeps with delays drawn uniformly over [window, 2 window), all
 // started at once (no sleep is due before every one has started); prints how late each one
@@ -118,6 +120,18 @@ int run_sleep(const std::string& variant, long n) {
             cb::post_result(ex, make_error_code(std::errc::connection_refused), std::move(handler));
           },
           [&c](std::error_code, int) { ++c.completed; }, 2, 1h);
+  } else if (variant == "callback_signal") {
+    signals = std::make_unique<asio::cancellation_signal[]>(static_cast<std::size_t>(n));
+    const auto ex = io.get_executor();
+    for (long i = 0; i < n; ++i)
+      cb::start_callback_retry(
+          ex,
+          [&c, ex](auto handler) {
+            ++c.started;
+            cb::post_result(ex, make_error_code(std::errc::connection_refused), std::move(handler));
+          },
+          [&c](std::error_code, int) { ++c.completed; }, 2, 1h,
+          signals[static_cast<std::size_t>(i)].slot());
   } else if (variant == "coretry_token") {
     const auto policy = sleep_policy(source);
     const auto ex = io.get_executor();

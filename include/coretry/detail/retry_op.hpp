@@ -18,10 +18,12 @@
 
 #include <coretry/cancellation.hpp>
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/deadline_queue.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -141,7 +143,7 @@ template <class Executor, class F> void with_serializing_executor(const Executor
   f(asio::make_strand(ex));
 }
 
-/// Shared by the loop, its attempt timer's handler, the caller's slot handler and a group
+/// Shared by the loop, its deadline queue entry, the caller's slot handler and a group
 /// source. Every member but the registration links is touched only on `strand`.
 ///
 /// A cancellation reaches the loop in one of two ways: while it sleeps, by cancelling its sleep
@@ -149,16 +151,23 @@ template <class Executor, class F> void with_serializing_executor(const Executor
 /// holds no cancellation handler and a cancel-all costs no emit through co_spawn's slots); in an
 /// attempt, by a terminal emit on `signal`, which co_spawn bound to the loop.
 template <class Strand, class Timer>
-struct op_state final : cancellation_registration,
-                        std::enable_shared_from_this<op_state<Strand, Timer>> {
+struct op_state final
+    : cancellation_registration,
+      deadline_entry<typename Timer::time_point>, ///< the timed attempt's, in the deadline queue
+      std::enable_shared_from_this<op_state<Strand, Timer>> {
   op_state(Strand s, cancellation_token t, bool timed_attempts)
       : strand(std::move(s)), token(std::move(t)), timed(timed_attempts) {
     notify = &op_state::notify_from_group;
+    this->claim = &op_state::claim_deadline;
+    this->fire = &op_state::fire_deadline;
     batched = &batch_ops;
     context = static_cast<const asio::execution_context*>(
         &asio::query(strand.get_inner_executor(), asio::execution::context));
   }
-  ~op_state() { token.detach(*this); }
+  ~op_state() {
+    queue_type::forget(*this);
+    token.detach(*this);
+  }
   op_state(const op_state&) = delete;
   op_state& operator=(const op_state&) = delete;
 
@@ -183,22 +192,22 @@ struct op_state final : cancellation_registration,
   }
   /// The sleep ended (or its frame is going away).
   void woke() noexcept { sleeper = nullptr; }
+  /// A timed attempt starts: its limit goes into the context's deadline queue.
   void start_attempt(nanoseconds limit) {
     if (!timed)
       return;
-    if (!attempt_timer)
-      attempt_timer = std::make_unique<attempt_timer_type>(strand.get_inner_executor());
-    attempt_timer->expires_after(std::chrono::ceil<typename Timer::duration>(limit));
-    attempt_timer->async_wait(timeout_handler{this->shared_from_this(), ++generation});
+    if (!deadlines)
+      deadlines = &queue_type::of(strand.get_inner_executor());
     in_attempt = true;
     timed_out = false;
+    deadlines->push(*this, due_after(limit), ++generation);
   }
-  /// True when the attempt timer, not the caller, cut the attempt.
+  /// True when the attempt's deadline, not the caller, cut the attempt.
   bool end_attempt() {
     if (!timed)
       return false;
     in_attempt = false;
-    attempt_timer->cancel();
+    deadlines->remove(*this);
     return timed_out && !cancelled;
   }
 
@@ -226,26 +235,33 @@ private:
     else
       signal->emit(asio::cancellation_type::terminal);
   }
-  void time_out(unsigned g) {
+  void time_out(std::uint64_t g) {
     if (armed && in_attempt && generation == g && !cancelled) {
       timed_out = true;
       signal->emit(asio::cancellation_type::terminal);
     }
   }
 
-  // The attempt timer lives on the executor under the strand, so that a wait cancelled at the
-  // end of an attempt (nearly every one) completes without a trip through the strand; only a
-  // timer that fired hops over.
-  struct timeout_handler {
-    std::shared_ptr<op_state> state;
-    unsigned g;
-    void operator()(std::error_code ec) {
-      if (!ec) {
-        const Strand strand = state->strand;
-        asio::dispatch(strand, [s = std::move(state), g = g] { s->time_out(g); });
-      }
-    }
-  };
+  // The attempt's entry in the deadline queue (deadline_queue.hpp). Due: only that hops to the
+  // strand; an attempt that ends in time costs an unlink and no handler.
+  using queue_type =
+      deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
+  static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
+    return std::static_pointer_cast<void>(from_entry(e).weak_from_this().lock());
+  }
+  static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
+    auto& self = from_entry(e);
+    asio::dispatch(self.strand, [s = self.shared_from_this(), g] { s->time_out(g); });
+  }
+  static op_state& from_entry(typename queue_type::entry& e) noexcept {
+    return static_cast<op_state&>(e);
+  }
+  typename queue_type::time_point due_after(nanoseconds limit) const {
+    using clock = typename queue_type::clock_type;
+    const auto now = clock::now();
+    const auto left = std::chrono::ceil<typename clock::duration>(limit);
+    return left >= clock::time_point::max() - now ? clock::time_point::max() : now + left;
+  }
 
   // Always a post: the source may be cancelled from a hook running on this very strand. Weak:
   // a notice never keeps the state (and its strand) alive past its execution context; the
@@ -275,13 +291,10 @@ private:
   }
   static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
 
-  using attempt_timer_type =
-      typename Timer::template rebind_executor<typename Strand::inner_executor_type>::other;
-
   cancellation_token token;
-  std::unique_ptr<attempt_timer_type> attempt_timer; ///< made at the first timed attempt
-  Timer* sleeper = nullptr;                          ///< the loop's sleep timer, while it sleeps
-  unsigned generation = 0;                           ///< of the timed attempt in flight
+  queue_type* deadlines = nullptr; ///< found at the first timed attempt
+  Timer* sleeper = nullptr;        ///< the loop's sleep timer, while it sleeps
+  std::uint64_t generation = 0;    ///< of the timed attempt in flight
   bool timed;
   bool armed = false;
   bool in_attempt = false;
