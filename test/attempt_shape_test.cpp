@@ -10,11 +10,13 @@
 #include <support/asio.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <typeinfo>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -327,6 +329,128 @@ TEST_CASE("a group cancel from another thread reaches a token attempt; completes
   CHECK(calls == 1);
   CHECK(got == operation_aborted);
   CHECK(started == 1);
+}
+
+/// An operation that keeps its handler in `held` and completes only when the test calls it:
+/// it ignores cancellation. Signature `void(error_code, int)`.
+struct held_async {
+  std::function<void(error_code, int)>* held;
+  template <class Token> auto operator()(Token&& token) {
+    return asio::async_initiate<Token, void(error_code, int)>(
+        [this](auto handler) {
+          auto h = std::make_shared<decltype(handler)>(std::move(handler));
+          *held = [h](error_code ec, int n) { std::move (*h)(ec, n); };
+        },
+        token);
+  }
+};
+
+TEST_CASE("a token attempt that ignores cancellation holds the operation until it completes") {
+  asio::io_context io;
+  coretry::cancellation_source source;
+  std::function<void(error_code, int)> held;
+  int started = 0;
+  int calls = 0;
+  int value = 0;
+  std::error_code got;
+  auto policy = quick(5);
+  policy.cancellation = source.token();
+  coretry::async_retry(
+      io.get_executor(),
+      [&](auto&& token) {
+        ++started;
+        return held_async{&held}(std::forward<decltype(token)>(token));
+      },
+      policy,
+      [&](error_code ec, int v) {
+        ++calls;
+        got = ec;
+        value = v;
+      });
+  io.poll();
+  REQUIRE(started == 1);
+  REQUIRE(held);
+  source.cancel();
+  io.restart();
+  io.poll();
+  CHECK(calls == 0); // a cancellation is a request: the attempt has not completed
+  auto h = std::exchange(held, {});
+  h(error_code{}, 7); // it succeeds after all: a result in hand is delivered
+  io.restart();
+  io.poll();
+  CHECK(calls == 1);
+  CHECK(!got);
+  CHECK(value == 7);
+  CHECK(started == 1);
+}
+
+TEST_CASE("a token attempt that drops its handler ends the operation uncalled; nothing leaks") {
+  asio::io_context io;
+  auto alive = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = alive;
+  int calls = 0;
+  coretry::async_retry(
+      io.get_executor(),
+      [](auto&& token) {
+        return asio::async_initiate<decltype(token), void(error_code, int)>(
+            [](auto handler) { (void)handler; }, token); // destroyed, never called
+      },
+      quick(3), [&calls, alive = std::move(alive)](error_code, int) { ++calls; });
+  io.run();
+  CHECK(calls == 0);
+  CHECK(watch.expired()); // the operation's state, and the handler in it, are gone
+}
+
+TEST_CASE("a one-thread io_context needs no strand; a cancel from another thread completes once") {
+  for (const int hint : {1, -1}) {
+    CAPTURE(hint);
+    std::optional<asio::io_context> ctx;
+    if (hint == 1)
+      ctx.emplace(1);
+    else
+      ctx.emplace();
+    asio::io_context& io = *ctx;
+    coretry::cancellation_source source;
+    const std::type_info* attempt_executor = nullptr;
+    int started = 0;
+    int calls = 0;
+    std::error_code got;
+    retry_policy policy{.max_attempts = 5, .backoff = coretry::backoff::fixed(1h)};
+    policy.cancellation = source.token();
+    coretry::async_retry(
+        io.get_executor(),
+        [&](auto&& token) {
+          ++started;
+          attempt_executor = &typeid(asio::get_associated_executor(token));
+          return asio::async_initiate<decltype(token), void(error_code, int)>(
+              [&io](auto handler) {
+                const auto ex = asio::get_associated_executor(handler, io.get_executor());
+                asio::post(ex, [h = std::move(handler)]() mutable {
+                  std::move(h)(coretry::detail::to_asio_error(refused), 0);
+                });
+              },
+              token);
+        },
+        policy,
+        [&](error_code ec, int) {
+          ++calls;
+          got = ec;
+        });
+    while (started == 0)
+      io.run_one();
+    io.poll();             // the attempt fails, the operation goes to sleep
+    REQUIRE(started == 1); // asleep for an hour
+    std::thread other([&] { source.cancel(); });
+    other.join();
+    io.restart();
+    io.run_for(std::chrono::seconds(5));
+    CHECK(calls == 1);
+    CHECK(got == operation_aborted);
+    if (hint == 1)
+      CHECK(*attempt_executor == typeid(asio::io_context::executor_type));
+    else
+      CHECK(*attempt_executor == typeid(asio::strand<asio::io_context::executor_type>));
+  }
 }
 
 TEST_CASE("hedge_async and async_hedge take token attempts; the losers are cancelled") {

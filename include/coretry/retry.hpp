@@ -33,10 +33,12 @@
 /// token stop the operation in an attempt or in a sleep; it completes once, with
 /// `asio::error::operation_aborted`, and a cancelled operation is never retried. An operation
 /// that may be cancelled from outside, or whose attempts are timed, runs on a strand of its
-/// executor, so that a cancellation emitted from any thread reaches it safely.
+/// executor (unless that executor's context was made with the concurrency hint 1, one thread), so
+/// that a cancellation emitted from any thread reaches it safely.
 ///
 /// **Time.** Between attempts the operation waits on a `Timer` (by default `asio::steady_timer`)
-/// on its executor: no thread blocks and nothing is held but its coroutine frame and timer.
+/// on its executor: no thread blocks and nothing is held but the operation's state (or, on
+/// retry_async's direct path, its coroutine frame) and the timer's one pending wait.
 /// `Timer` needs `Timer(executor)`, `expires_after(duration)`, `async_wait(token)` honouring
 /// per-operation cancellation, `cancel()`, `rebind_executor`, and a `clock_type` with a static
 /// `now()`; `coretry::testing::manual_timer` (coretry/testing/manual_clock.hpp) runs the loop

@@ -138,6 +138,7 @@ template <class E, class... A> struct completion_traits<std::tuple<E, A...>> {
 };
 
 template <class Op, attempt_form K = form_of<Op>()> struct attempt_shape {
+  template <class H> static constexpr bool takes_handler = false;
   static_assert(K != attempt_form::invalid,
                 "coretry: an attempt must be callable as op() or op(attempt_context&) returning "
                 "asio::awaitable<T> or a deferred operation, or as op(token) or "
@@ -154,6 +155,7 @@ template <class Op> struct attempt_shape<Op, attempt_form::awaitable> {
   using traits = awaitable_traits<awaitable_type>;
   using value_type = typename traits::value_type;
   static constexpr bool awaits_void = !traits::error_as_value && std::is_void_v<value_type>;
+  template <class H> static constexpr bool takes_handler = false;
 
   static awaitable_type start(Op& op, attempt_context& ctx) { return call_op(op, ctx); }
 
@@ -182,6 +184,28 @@ template <class Op, attempt_form K> struct token_shape {
       return op(attempt_token());
     else
       return call_op(op, ctx)(attempt_token());
+  }
+  /// Whether the attempt can be initiated with the completion handler `H` in place of the
+  /// token (a generic initiating function can): the composed operation (retry_op.hpp) then
+  /// starts it without a coroutine.
+  template <class H> static constexpr bool takes_handler_impl() {
+    if constexpr (K == attempt_form::token_with_context)
+      return std::is_invocable_v<Op&, attempt_context&, H>;
+    else if constexpr (K == attempt_form::token)
+      return std::is_invocable_v<Op&, H>;
+    else
+      return std::is_invocable_v<
+          decltype(call_op(std::declval<Op&>(), std::declval<attempt_context&>())), H>;
+  }
+  template <class H> static constexpr bool takes_handler = takes_handler_impl<H>();
+  /// Initiates the attempt with the completion handler `h`.
+  template <class H> static void initiate(Op& op, attempt_context& ctx, H&& h) {
+    if constexpr (K == attempt_form::token_with_context)
+      (void)op(ctx, std::forward<H>(h));
+    else if constexpr (K == attempt_form::token)
+      (void)op(std::forward<H>(h));
+    else
+      (void)call_op(op, ctx)(std::forward<H>(h));
   }
   using awaitable_type = decltype(start(std::declval<Op&>(), std::declval<attempt_context&>()));
   static_assert(

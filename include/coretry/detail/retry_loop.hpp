@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// The retry loop: runs attempts and sleeps as the schedule (schedule.hpp) decides. Private:
-// include <coretry/retry.hpp>.
+// The retry loop's body, as steps (`loop_core`), and the one coroutine that drives them directly:
+// retry_async's path for an operation nothing outside can cancel. The composed operation
+// (retry_op.hpp), behind async_retry and every controlled operation, drives the same steps from
+// completion handlers. Private: include <coretry/retry.hpp>.
 //
-// One coroutine per operation. It never throws on its own account: every way out sets a
-// `loop_result` and leaves through the single exit at the bottom, where the awaitable front end
-// (`Throwing`) turns a failure into its exception, once. Exceptions are caught where they arise
-// (an attempt, a predicate, a hook) and end the loop with `errc::unexpected_exception`.
+// The steps never throw on their own account: every way out sets a `loop_result` and ends in
+// `next_step::done`. Exceptions are caught where they arise (an attempt, a predicate, a hook)
+// and end the loop with `errc::unexpected_exception`; the awaitable front end turns a failure
+// into its exception, once.
 
 #include <coretry/attempt.hpp>
 #include <coretry/detail/asio.hpp>
@@ -118,238 +120,271 @@ template <class Clock> op_origin make_origin(const retry_policy& p, bool stats) 
   return o;
 }
 
-/// Tells the operation's state that the loop sleeps on a timer, until the sleep ends or the
-/// frame is destroyed in it.
-template <class Control> struct sleep_guard {
-  const Control& control;
-  ~sleep_guard() { control->woke(); }
+// --- The loop's steps ------------------------------------------------------------------------
+
+/// What the loop does next.
+enum class next_step : unsigned char {
+  attempt, ///< run the attempt in `context()`, write its outcome into `result()`, then `ended`
+  sleep,   ///< wait `delay()` (zero: yield once), then `top` again
+  done,    ///< `result()` is the outcome: call `finish` and report it
 };
 
-/// `Policy` is `retry_policy` (the operation's own copy) or `shared_policy`. `Control` is
-/// `std::nullptr_t` on the plain paths, or the `shared_ptr` owning the operation's state
-/// (retry_op.hpp) on the controlled one, which provides: `arm()`, `cancelled`,
-/// `start_attempt(limit)`, `end_attempt()` (true when the attempt timer cut the attempt),
-/// `sleep_on(timer)` and `woke()` (a cancellation meanwhile cancels the timer), `disarm()`.
-template <class Timer, class T, bool Throwing, class Op, class Policy, class Control>
-asio::awaitable<std::conditional_t<Throwing, T, loop_result<T>>>
-retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control control) {
-  const retry_policy& policy = policy_of(held);
-  constexpr bool controlled = !std::is_same_v<Control, std::nullptr_t>;
-  using shape = attempt_shape<Op>; // how an attempt is started and awaited (attempt_shape.hpp)
-  using clock = typename Timer::clock_type;
+/// The state of one retry loop and the decisions between its waits: what the coroutine below
+/// holds in its frame and the composed operation (retry_op.hpp) in its heap state. Both drive it
+/// the same way: `started()`, then `top` and, after each attempt, `ended`, each of which says
+/// what comes next, until `done`; then `finish()`. Observer events, stats and reservations are
+/// all handled here, in the same order on either path.
+template <class Clock, class T> class loop_core {
   using exit = loop_exit<T>;
 
-  if (stats)
-    *stats = retry_stats{};
-  const bool clocked = needs_clock(policy, stats != nullptr);
-  const nanoseconds start = origin.start; // read at the call
-  schedule sched(policy, std::move(origin), &clock_now<clock>);
-  std::optional<Timer> sleep_timer; // made at the first sleep: a first success needs none
-  loop_result<T> result;            // the attempt in hand, and in the end what is reported
-  std::error_code last_error;
-  // The reservations (reservation.hpp): each settles once, on whatever path leaves the loop.
-  send_token token;    // from `rate_limit`, for the next attempt
-  retry_charge charge; // the retry the budget granted, until it is sent
-  gate_grant grant;    // the breaker's grant, until the attempt's outcome is reported
-  nanoseconds slept{0};
+public:
+  /// `p` must outlive the core (the operation's copy, or its `shared_policy`).
+  loop_core(const retry_policy& p, retry_stats* stats, op_origin origin)
+      : policy_(p), stats_(stats), clocked_(needs_clock(p, stats != nullptr)), start_(origin.start),
+        sched_(p, std::move(origin), &clock_now<Clock>) {
+    if (stats_)
+      *stats_ = retry_stats{};
+  }
+  loop_core(const loop_core&) = delete;
+  loop_core& operator=(const loop_core&) = delete;
 
-  bool armed = true;
-  if constexpr (controlled)
-    armed = control->arm(); // from here on, a cancellation emits into this coroutine
-  if (policy.budget)
-    policy.budget->on_request(start);
-  if (policy.observer)
-    emit(*policy.observer, operation_started_event{policy.label, operation_kind::retry});
+  const retry_policy& policy() const noexcept { return policy_; }
+  loop_result<T>& result() noexcept { return result_; }
+  attempt_context& context() noexcept { return ctx_; }
+  /// The wait `next_step::sleep` asks for.
+  nanoseconds delay() const noexcept { return v_.delay; }
+  /// How long the attempt `top` started may run (the attempt timeout, or the deadline).
+  nanoseconds attempt_limit() noexcept {
+    return sched_.attempt_limit(attempt_start_, by_deadline_);
+  }
 
-  // The plain paths read the awaiting coroutine's cancellation; the controlled one is told
-  // (`control->cancelled`), and spends no frame room on this.
-  asio::cancellation_state cs;
-  if constexpr (!controlled)
-    cs = co_await asio::this_coro::cancellation_state;
-  for (;;) {
-    // Cancelled by the group, the caller's slot, or (plain path) the awaiting coroutine.
-    bool cancelled = !armed || policy.cancellation.cancelled();
-    if constexpr (controlled)
-      cancelled = cancelled || control->cancelled;
-    else
-      cancelled = cancelled || cs.cancelled() != asio::cancellation_type::none;
+  /// The operation runs (after linking to its group): the budget and the observer hear of it.
+  void started() {
+    if (policy_.budget)
+      policy_.budget->on_request(start_);
+    if (policy_.observer)
+      emit(*policy_.observer, operation_started_event{policy_.label, operation_kind::retry});
+  }
+
+  /// At the top of the loop (first, and after every sleep): `cancelled` by anything outside.
+  /// Waits for a send token or the breaker (`sleep`), starts an attempt (`attempt`: counted,
+  /// its context made, the observer told), or stops (`done`).
+  next_step top(bool cancelled) {
     if (cancelled) {
-      exit::abort(result, stats, policy);
-      break;
+      exit::abort(result_, stats_, policy_);
+      return next_step::done;
     }
-    // Between attempts: at the top of the loop again after a sleep, or for the first time.
-    if (result.error) {
-      last_error = result.error;
-      result.error = {};
+    if (result_.error) {
+      last_error_ = result_.error;
+      result_.error = {};
     }
-    const nanoseconds attempt_start = read_clock<clock>(clocked);
-    verdict v;
+    attempt_start_ = read_clock<Clock>(clocked_);
     bool pacing = false; // this time round, only the wait for a send token or the breaker
-    if (policy.rate_limit && !token) {
-      v = sched.pace(attempt_start, token);
-      if (v.stop) {
-        if (policy.observer && v.stop == errc::rate_limited)
-          emit(*policy.observer, refusal_event{policy.label, v.stop, sched.attempts() + 1});
-        exit::fail(result, stats, v.stop, v.report);
-        break;
+    if (policy_.rate_limit && !token_) {
+      v_ = sched_.pace(attempt_start_, token_);
+      if (v_.stop) {
+        if (policy_.observer && v_.stop == errc::rate_limited)
+          emit(*policy_.observer, refusal_event{policy_.label, v_.stop, sched_.attempts() + 1});
+        exit::fail(result_, stats_, v_.stop, v_.report);
+        return next_step::done;
       }
-      pacing = v.delay > nanoseconds::zero();
+      pacing = v_.delay > nanoseconds::zero();
     }
     if (!pacing) {
-      if (const std::error_code why = sched.begin_attempt(attempt_start, grant, charge)) {
-        token.returned();
-        v = sched.refused(static_cast<errc>(why.value()), attempt_start, last_error);
-        if (v.stop) {
-          if (policy.observer) // the gate, or the budget asked again after a wait for the gate
-            emit(*policy.observer, refusal_event{policy.label, why, sched.attempts() + 1});
-          exit::fail(result, stats, v.stop, v.report);
-          break;
+      if (const std::error_code why = sched_.begin_attempt(attempt_start_, grant_, charge_)) {
+        token_.returned();
+        v_ = sched_.refused(static_cast<errc>(why.value()), attempt_start_, last_error_);
+        if (v_.stop) {
+          if (policy_.observer) // the gate, or the budget asked again after a wait for the gate
+            emit(*policy_.observer, refusal_event{policy_.label, why, sched_.attempts() + 1});
+          exit::fail(result_, stats_, v_.stop, v_.report);
+          return next_step::done;
         }
-        pacing = true; // waiting for the breaker (on_open::wait): only the sleep below
+        pacing = true; // waiting for the breaker (on_open::wait): only the sleep
       }
     }
-    if (!pacing) {
-      token.used();
-      if (stats)
-        stats->attempts = sched.attempts();
-      attempt_context ctx(sched.attempts());
-      result.value.reset();
-      if (policy.observer)
-        emit(*policy.observer, attempt_started_event{policy.label, sched.attempts()});
+    if (pacing)
+      return sleep();
+    token_.used();
+    if (stats_)
+      stats_->attempts = sched_.attempts();
+    ctx_ = attempt_context(sched_.attempts());
+    result_.value.reset();
+    if (policy_.observer)
+      emit(*policy_.observer, attempt_started_event{policy_.label, sched_.attempts()});
+    return next_step::attempt;
+  }
 
-      bool by_deadline = false;
-      if constexpr (controlled)
-        control->start_attempt(sched.attempt_limit(attempt_start, by_deadline));
+  /// After the attempt, its outcome in `result()`: `timed_out` when the attempt timer (or the
+  /// deadline) cut it, `cancelled` when anything outside cancelled the operation meanwhile.
+  /// Filters and classifies the result, tells every listener, and decides: `done` or `sleep`.
+  next_step ended(bool timed_out, bool cancelled) {
+    bool cut = false;       // by the deadline
+    bool timer_cut = false; // by the deadline or the attempt timeout
+    if (timed_out && !result_.value) {
+      cut = by_deadline_;
+      timer_cut = true;
+      result_.error = by_deadline_ ? errc::deadline_exceeded : errc::attempt_timeout;
+      result_.exception = nullptr;
+    }
+    if (!result_.exception && !result_.error && policy_.result_filter) {
+      try {
+        if (policy_.result_filter->call(&*result_.value))
+          result_.error = errc::result_rejected;
+      } catch (...) {
+        result_.exception = std::current_exception();
+      }
+    }
+    // The one verdict on this attempt, for the breaker, the sending rate, the budget and the
+    // decision below alike; a predicate that throws makes it abandoned, and ends the loop.
+    // Cancellation wins over whatever the attempt reported.
+    std::exception_ptr thrown;
+    const attempt_class verdict_of =
+        sched_.classify(result_.error, timer_cut, cancelled || result_.exception, thrown);
+    if (thrown && !result_.exception)
+      result_.exception = std::move(thrown);
+    if (policy_.breaker || policy_.rate_limit || policy_.budget)
+      sched_.report(verdict_of, grant_, read_clock<Clock>(clocked_));
+    if (policy_.observer)
+      emit(*policy_.observer,
+           attempt_finished_event{
+               policy_.label, sched_.attempts(), read_clock<Clock>(clocked_) - attempt_start_,
+               result_.exception ? std::error_code(errc::unexpected_exception) : result_.error,
+               static_cast<attempt_outcome>(verdict_of.kind), ctx_.http_status(),
+               ctx_.http_method()});
+    if (result_.exception) {
+      exit::thrown(result_, stats_, std::move(result_.exception));
+      return next_step::done;
+    }
+    if (!result_.error) {
+      if (stats_)
+        stats_->last_error = {};
+      return next_step::done;
+    }
+
+    // A failed attempt.
+    if (stats_)
+      stats_->last_error = result_.error;
+    if (cancelled) {
+      exit::abort(result_, stats_, policy_);
+      return next_step::done;
+    }
+    try {
+      const nanoseconds t = read_clock<Clock>(clocked_);
+      v_ = sched_.after_failure({result_.error, cut, ctx_.retry_after(), verdict_of.kind}, t,
+                                &charge_);
+      if (!v_.stop && policy_.on_retry)
+        policy_.on_retry(
+            retry_event{sched_.attempts(), result_.error, v_.delay, ctx_.retry_after()});
+    } catch (...) {
+      exit::thrown(result_, stats_, std::current_exception());
+      return next_step::done;
+    }
+    if (policy_.observer) {
+      if (!v_.stop)
+        emit(*policy_.observer, retry_scheduled_event{policy_.label, sched_.attempts(),
+                                                      result_.error, v_.delay, ctx_.retry_after()});
+      else if (v_.stop == errc::budget_exhausted)
+        emit(*policy_.observer, refusal_event{policy_.label, v_.stop, sched_.attempts() + 1});
+    }
+    if (v_.stop) {
+      exit::fail(result_, stats_, v_.stop, v_.report);
+      return next_step::done;
+    }
+    return sleep();
+  }
+
+  /// A sleep that failed to start (its timer threw): the loop ends with what was thrown.
+  void thrown(std::exception_ptr e) { exit::thrown(result_, stats_, std::move(e)); }
+
+  /// The loop is over: the stats and the observer hear how it went.
+  void finish() {
+    if (stats_)
+      stats_->elapsed = read_clock<Clock>(clocked_) - start_;
+    if (policy_.observer)
+      emit(*policy_.observer,
+           operation_finished_event{policy_.label, operation_kind::retry, sched_.attempts(),
+                                    read_clock<Clock>(clocked_) - start_, slept_, result_.reason,
+                                    result_.error});
+  }
+
+private:
+  next_step sleep() noexcept {
+    slept_ += v_.delay;
+    if (stats_)
+      stats_->slept += v_.delay;
+    return next_step::sleep;
+  }
+
+  const retry_policy& policy_;
+  retry_stats* stats_;
+  bool clocked_;
+  bool by_deadline_ = false; ///< the running attempt's limit is the deadline
+  nanoseconds start_;        ///< read at the call
+  schedule sched_;
+  loop_result<T> result_; ///< the attempt in hand, and in the end what is reported
+  std::error_code last_error_;
+  // The reservations (reservation.hpp): each settles once, on whatever path leaves the loop.
+  send_token token_;    ///< from `rate_limit`, for the next attempt
+  retry_charge charge_; ///< the retry the budget granted, until it is sent
+  gate_grant grant_;    ///< the breaker's grant, until the attempt's outcome is reported
+  nanoseconds slept_{0};
+  nanoseconds attempt_start_{0};
+  verdict v_;
+  attempt_context ctx_{0};
+};
+
+// --- The direct loop -------------------------------------------------------------------------
+
+/// retry_async's loop for an operation that nothing but the awaiting coroutine cancels and
+/// whose attempts are not timed: awaited in the caller's coroutine, which cancels it the usual
+/// way (an enclosing `||`, a bound slot). `Policy` is `retry_policy` (the operation's own copy)
+/// or `shared_policy`. Throws the failure, once, at its end.
+template <class Timer, class T, class Op, class Policy>
+asio::awaitable<T> retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin) {
+  using shape = attempt_shape<Op>; // how an attempt is started and awaited (attempt_shape.hpp)
+  using clock = typename Timer::clock_type;
+
+  loop_core<clock, T> core(policy_of(held), stats, std::move(origin));
+  std::optional<Timer> sleep_timer; // made at the first sleep: a first success needs none
+  core.started();
+  asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;
+  for (next_step step = core.top(cs.cancelled() != asio::cancellation_type::none ||
+                                 core.policy().cancellation.cancelled());
+       step != next_step::done; step = core.top(cs.cancelled() != asio::cancellation_type::none ||
+                                                core.policy().cancellation.cancelled())) {
+    if (step == next_step::attempt) {
       try {
         if constexpr (shape::awaits_void) {
-          co_await shape::start(op, ctx);
-          result.value.emplace();
+          co_await shape::start(op, core.context());
+          core.result().value.emplace();
         } else {
-          shape::take(result, co_await shape::start(op, ctx));
+          shape::take(core.result(), co_await shape::start(op, core.context()));
         }
       } catch (const std::system_error& e) {
-        result.error = e.code();
+        core.result().error = e.code();
 #if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
       } catch (const asio_system_error& e) {
-        result.error = e.code();
+        core.result().error = e.code();
 #endif
       } catch (...) {
-        result.exception = std::current_exception();
+        core.result().exception = std::current_exception();
       }
-      bool cut = false;       // by the deadline
-      bool timer_cut = false; // by the deadline or the attempt timeout
-      if constexpr (controlled) {
-        if (control->end_attempt()) {
-          // The attempt timer's emit marked this coroutine cancelled: clear that before awaiting.
-          co_await asio::this_coro::reset_cancellation_state();
-          if (!result.value) {
-            cut = by_deadline;
-            timer_cut = true;
-            result.error = by_deadline ? errc::deadline_exceeded : errc::attempt_timeout;
-            result.exception = nullptr;
-          }
-        }
-      }
-      if (!result.exception && !result.error && policy.result_filter) {
-        try {
-          if (policy.result_filter->call(&*result.value))
-            result.error = errc::result_rejected;
-        } catch (...) {
-          result.exception = std::current_exception();
-        }
-      }
-      // Cancellation wins over whatever the attempt reported.
-      bool cancelled_now = policy.cancellation.cancelled();
-      if constexpr (controlled)
-        cancelled_now = cancelled_now || control->cancelled;
-      else
-        cancelled_now = cancelled_now || cs.cancelled() != asio::cancellation_type::none;
-      // The one verdict on this attempt, for the breaker, the sending rate, the budget and the
-      // decision below alike; a predicate that throws makes it abandoned, and ends the loop.
-      std::exception_ptr thrown;
-      const attempt_class verdict_of =
-          sched.classify(result.error, timer_cut, cancelled_now || result.exception, thrown);
-      if (thrown && !result.exception)
-        result.exception = std::move(thrown);
-      if (policy.breaker || policy.rate_limit || policy.budget)
-        sched.report(verdict_of, grant, read_clock<clock>(clocked));
-      if (policy.observer)
-        emit(*policy.observer,
-             attempt_finished_event{
-                 policy.label, sched.attempts(), read_clock<clock>(clocked) - attempt_start,
-                 result.exception ? std::error_code(errc::unexpected_exception) : result.error,
-                 static_cast<attempt_outcome>(verdict_of.kind), ctx.http_status(),
-                 ctx.http_method()});
-      if (result.exception) {
-        exit::thrown(result, stats, std::move(result.exception));
+      if (core.ended(false, cs.cancelled() != asio::cancellation_type::none ||
+                                core.policy().cancellation.cancelled()) == next_step::done)
         break;
-      }
-      if (!result.error) {
-        if (stats)
-          stats->last_error = {};
-        break;
-      }
-
-      // A failed attempt.
-      if (stats)
-        stats->last_error = result.error;
-      if (cancelled_now) {
-        exit::abort(result, stats, policy);
-        break;
-      }
-      try {
-        const nanoseconds t = read_clock<clock>(clocked);
-        v = sched.after_failure({result.error, cut, ctx.retry_after(), verdict_of.kind}, t,
-                                &charge);
-        if (!v.stop && policy.on_retry)
-          policy.on_retry(retry_event{sched.attempts(), result.error, v.delay, ctx.retry_after()});
-      } catch (...) {
-        exit::thrown(result, stats, std::current_exception());
-        break;
-      }
-      if (policy.observer) {
-        if (!v.stop)
-          emit(*policy.observer, retry_scheduled_event{policy.label, sched.attempts(), result.error,
-                                                       v.delay, ctx.retry_after()});
-        else if (v.stop == errc::budget_exhausted)
-          emit(*policy.observer, refusal_event{policy.label, v.stop, sched.attempts() + 1});
-      }
-      if (v.stop) {
-        exit::fail(result, stats, v.stop, v.report);
-        break;
-      }
     }
-
-    slept += v.delay;
-    if (stats)
-      stats->slept += v.delay;
     try {
-      if (v.delay == nanoseconds::zero()) {
+      if (core.delay() == nanoseconds::zero()) {
         // An expired timer would cost a timerfd round trip; a post yields just as well.
         co_await asio::post(asio::use_awaitable);
       } else {
-        if (!sleep_timer) {
-          if constexpr (controlled)
-            sleep_timer.emplace(control->strand); // the loop's executor: no awaiter in the frame
-          else
-            sleep_timer.emplace(co_await asio::this_coro::executor);
-        }
-        sleep_timer->expires_after(std::chrono::ceil<typename clock::duration>(v.delay));
-        if constexpr (controlled) {
-          // Not bound to the coroutine's slot: the state cancels the timer itself (retry_op.hpp).
-          if (control->sleep_on(*sleep_timer)) {
-            sleep_guard<Control> guard{control};
-            auto [ec] = co_await sleep_timer->async_wait(asio::bind_cancellation_slot(
-                asio::cancellation_slot(), coretry::detail::as_tuple(asio::use_awaitable)));
-            (void)ec; // a cancelled sleep is seen at the top of the loop
-          } else {
-            control->woke();
-          }
-        } else {
-          auto [ec] =
-              co_await sleep_timer->async_wait(coretry::detail::as_tuple(asio::use_awaitable));
-          (void)ec; // a cancelled sleep is seen at the top of the loop
-        }
+        if (!sleep_timer)
+          sleep_timer.emplace(co_await asio::this_coro::executor);
+        sleep_timer->expires_after(std::chrono::ceil<typename clock::duration>(core.delay()));
+        auto [ec] =
+            co_await sleep_timer->async_wait(coretry::detail::as_tuple(asio::use_awaitable));
+        (void)ec; // a cancelled sleep is seen at the top of the loop
       }
     } catch (const std::system_error&) {
       // Awaiting in a coroutine already cancelled throws; the top of the loop sees why.
@@ -357,36 +392,19 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
     } catch (const asio_system_error&) {
 #endif
     } catch (...) {
-      exit::thrown(result, stats, std::current_exception());
+      core.thrown(std::current_exception());
       break;
     }
   }
+  core.finish();
 
-  if constexpr (controlled) {
-    control->disarm();
-    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
-    // posts once and lets that post throw, out of io_context::run, if the operation was cancelled.
-    // Nothing awaits after this point; 1.38's co_spawn does the same itself.
-    co_await asio::this_coro::throw_if_cancelled(false);
-  }
-  if (stats)
-    stats->elapsed = read_clock<clock>(clocked) - start;
-  if (policy.observer)
-    emit(*policy.observer,
-         operation_finished_event{policy.label, operation_kind::retry, sched.attempts(),
-                                  read_clock<clock>(clocked) - start, slept, result.reason,
-                                  result.error});
-
-  if constexpr (Throwing) {
-    if (result.exception)
-      std::rethrow_exception(result.exception);
-    if (result.error)
-      throw std::system_error(result.error);
-    if constexpr (!std::is_void_v<T>)
-      co_return std::move(*result.value);
-  } else {
-    co_return std::move(result);
-  }
+  loop_result<T>& result = core.result();
+  if (result.exception)
+    std::rethrow_exception(result.exception);
+  if (result.error)
+    throw std::system_error(result.error);
+  if constexpr (!std::is_void_v<T>)
+    co_return std::move(*result.value);
 }
 
 } // namespace coretry::detail

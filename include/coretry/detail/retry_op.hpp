@@ -143,204 +143,407 @@ template <class Executor, class F> void with_serializing_executor(const Executor
   f(asio::make_strand(ex));
 }
 
-/// Shared by the loop, its deadline queue entry, the caller's slot handler and a group
-/// source. Every member but the registration links is touched only on `strand`.
+/// Whether `ex` runs its handlers on one thread only: an `io_context` (or a one-thread
+/// `thread_pool`) made with the concurrency hint 1, which promises just that. An operation on it
+/// needs no strand: a cancellation from another thread reaches it through a post, and everything
+/// else (its sleep, its attempts, its attempt timer, a group's batched notice) runs on that
+/// thread already.
+template <class E> bool runs_on_one_thread(const E& ex) noexcept {
+#if defined(ASIO_HAS_IOCP) || defined(BOOST_ASIO_HAS_IOCP)
+  (void)ex;
+  return false;
+#else
+  if constexpr (is_strand<E>::value) {
+    return false; // serializing already (with_serializing_executor keeps it)
+  } else if constexpr (asio::can_query<const E&, asio::execution::context_t>::value) {
+    asio::execution_context& ctx = asio::query(ex, asio::execution::context);
+    return asio::has_service<asio::detail::scheduler>(ctx) &&
+           asio::use_service<asio::detail::scheduler>(ctx).concurrency_hint() == 1;
+  } else {
+    (void)ex;
+    return false;
+  }
+#endif
+}
+
+/// The executor under `e`: a strand's inner executor, or `e` itself.
+template <class E> auto inner_executor(const E& e) {
+  if constexpr (is_strand<E>::value)
+    return e.get_inner_executor();
+  else
+    return e;
+}
+
+struct no_executor {};
+
+// --- The composed operation ------------------------------------------------------------------
+
+/// One retry operation as an Asio composed operation: one heap state, driven by completion
+/// handlers that each hold it by a `shared_ptr`. The loop's steps are `loop_core`'s
+/// (retry_loop.hpp): decide (`top`), then attempt or sleep; after an attempt, decide again
+/// (`ended`). While it sleeps, nothing but this state and its timer's one pending wait exists.
 ///
-/// A cancellation reaches the loop in one of two ways: while it sleeps, by cancelling its sleep
-/// timer (the sleep is not bound to the coroutine's cancellation slot, so a sleeping operation
-/// holds no cancellation handler and a cancel-all costs no emit through co_spawn's slots); in an
-/// attempt, by a terminal emit on `signal`, which co_spawn bound to the loop.
-template <class Strand, class Timer>
-struct op_state final
-    : cancellation_registration,
-      deadline_entry<typename Timer::time_point>, ///< the timed attempt's, in the deadline queue
-      std::enable_shared_from_this<op_state<Strand, Timer>> {
-  op_state(Strand s, cancellation_token t, bool timed_attempts)
-      : strand(std::move(s)), token(std::move(t)), timed(timed_attempts) {
-    notify = &op_state::notify_from_group;
-    this->claim = &op_state::claim_deadline;
-    this->fire = &op_state::fire_deadline;
-    batched = &batch_ops;
-    context = static_cast<const asio::execution_context*>(
-        &asio::query(strand.get_inner_executor(), asio::execution::context));
+/// `Exec` is the executor everything runs on: the caller's, or a strand of it when the operation
+/// must be serialized against a cancellation from another thread (`initiate_retry`). A
+/// controlled operation (a caller's slot, a group token, timed attempts) also holds the
+/// attempt's cancellation signal and the attempt timer, and is linked to its group. Every member
+/// is touched only on `Exec`, but for the registration links (cancellation.hpp's lock).
+///
+/// Exactly once: the state completes once (`finish`), or is destroyed uncalled with whatever
+/// pending handler holds it last (the execution context's teardown). It unlinks itself from a
+/// group source when it dies, however it dies.
+template <class Timer, class T, class Op, class Policy, class Exec, class Executor, class Handler,
+          class Deliver>
+class retry_op final : public cancellation_registration,
+                       public deadline_entry<typename Timer::time_point>, ///< a timed attempt's
+                       public std::enable_shared_from_this<
+                           retry_op<Timer, T, Op, Policy, Exec, Executor, Handler, Deliver>> {
+  using clock = typename Timer::clock_type;
+  using timer_type = typename Timer::template rebind_executor<Exec>::other;
+  using inner_type = decltype(inner_executor(std::declval<const Exec&>()));
+  /// The context's queue of attempt deadlines (deadline_queue.hpp).
+  using queue_type =
+      deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
+  using shape = attempt_shape<Op>;
+  using self_ptr = std::shared_ptr<retry_op>;
+  static constexpr bool same_executor = std::is_same_v<Exec, Executor>;
+
+public:
+  retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, Policy policy,
+           retry_stats* stats, op_origin origin, bool controlled)
+      : exec_(exec), io_ex_(keep_io_executor(io_ex)), handler_(std::move(h)), op_(std::move(op)),
+        policy_(std::move(policy)), core_(policy_of(policy_), stats, std::move(origin)) {
+    if (controlled) {
+      const retry_policy& p = policy_of(policy_);
+      signal_ = std::make_unique<asio::cancellation_signal>();
+      timed_ = p.deadline != unlimited || p.attempt_timeout != unlimited;
+      this->claim = &retry_op::claim_deadline;
+      this->fire = &retry_op::fire_deadline;
+      notify = &retry_op::notify_from_group;
+      batched = &batch_ops;
+      context = static_cast<const asio::execution_context*>(
+          &asio::query(inner_executor(exec_), asio::execution::context));
+    }
   }
-  ~op_state() {
+  ~retry_op() {
     queue_type::forget(*this);
-    token.detach(*this);
+    policy_of(policy_).cancellation.detach(*this);
   }
-  op_state(const op_state&) = delete;
-  op_state& operator=(const op_state&) = delete;
+  retry_op(const retry_op&) = delete;
+  retry_op& operator=(const retry_op&) = delete;
 
-  // --- Called by the loop, on the strand.
-
-  /// The loop runs: link to the group and let cancellations emit. False when already cancelled.
-  bool arm() {
-    armed = true;
-    if (!cancelled && token.can_be_cancelled() && !token.attach(*this))
-      cancelled = true;
-    return !cancelled;
+  /// The initiation's last steps: the caller's slot (any type) cancels, from any thread; then the
+  /// start is posted, so that the operation never completes inside the initiating function.
+  template <class Slot> static void launch(self_ptr s, Slot user_slot) {
+    if (user_slot.is_connected()) {
+      // Weak: a slot that outlives the operation's execution context must not keep it, nor
+      // reach it.
+      user_slot.assign([w = std::weak_ptr<retry_op>(s)](asio::cancellation_type) {
+        if (auto st = w.lock()) {
+          const Exec ex = st->exec_;
+          asio::dispatch(ex, [st = std::move(st)] { st->cancel(); });
+        }
+      });
+    }
+    const Exec ex = s->exec_;
+    asio::post(ex, resume{std::move(s)});
   }
-  /// The loop is done: nothing may emit into it any more.
-  void disarm() {
-    armed = false;
-    token.detach(*this);
-  }
-  /// The loop is about to sleep on `t`: a cancellation now cancels `t`. False when cancelled.
-  bool sleep_on(Timer& t) noexcept {
-    sleeper = &t;
-    return !cancelled;
-  }
-  /// The sleep ended (or its frame is going away).
-  void woke() noexcept { sleeper = nullptr; }
-  /// A timed attempt starts: its limit goes into the context's deadline queue.
-  void start_attempt(nanoseconds limit) {
-    if (!timed)
-      return;
-    if (!deadlines)
-      deadlines = &queue_type::of(strand.get_inner_executor());
-    in_attempt = true;
-    timed_out = false;
-    deadlines->push(*this, due_after(limit), ++generation);
-  }
-  /// True when the attempt's deadline, not the caller, cut the attempt.
-  bool end_attempt() {
-    if (!timed)
-      return false;
-    in_attempt = false;
-    deadlines->remove(*this);
-    return timed_out && !cancelled;
-  }
-
-  // --- Cancellation, from anywhere: each hops to the strand.
-
-  void cancel_on_strand() {
-    asio::dispatch(strand, [self = this->shared_from_this()] { self->cancel(); });
-  }
-
-  Strand strand;
-  /// Bound to the loop's co_spawn; shared with its completion, because co_spawn (Asio 1.38) may
-  /// still clear its slot after the loop's frame, which owns this state, is gone.
-  std::shared_ptr<asio::cancellation_signal> signal = std::make_shared<asio::cancellation_signal>();
-  bool cancelled = false; ///< the caller's slot or the group asked
 
 private:
-  void cancel() {
-    if (cancelled)
-      return;
-    cancelled = true;
-    if (!armed)
-      return;
-    if (sleeper)
-      sleeper->cancel();
-    else
-      signal->emit(asio::cancellation_type::terminal);
+  /// The handler of a sleep (and of the posted start and zero-length sleeps): the state, and
+  /// nothing else. Runs on `Exec`, the timer's executor.
+  struct resume {
+    self_ptr s;
+    template <class... E> void operator()(E&&...) {
+      retry_op& st = *s;
+      if (!st.running_) {
+        st.running_ = true;
+        st.begin(std::move(s));
+        return;
+      }
+      st.sleeping_ = false;
+      st.step(std::move(s), st.core_.top(st.cancelled()));
+    }
+  };
+
+  /// The completion handler of a token-based attempt: bound to the operation's executor and to
+  /// the attempt's cancellation slot, as Asio's own composed operations bind theirs.
+  struct attempt_handler {
+    self_ptr s;
+    using executor_type = Exec;
+    executor_type get_executor() const noexcept { return s->exec_; }
+    using cancellation_slot_type = asio::cancellation_slot;
+    cancellation_slot_type get_cancellation_slot() const noexcept {
+      return s->signal_ ? s->signal_->slot() : asio::cancellation_slot();
+    }
+    template <class... A> void operator()(A&&... a) {
+      retry_op& st = *s;
+      if constexpr (!shape::awaits_void)
+        shape::take(st.core_.result(), std::tuple<std::decay_t<A>...>(std::forward<A>(a)...));
+      st.attempt_done(std::move(s));
+    }
+  };
+
+  bool cancelled() const noexcept {
+    return cancelled_ || policy_of(policy_).cancellation.cancelled();
   }
-  void time_out(std::uint64_t g) {
-    if (armed && in_attempt && generation == g && !cancelled) {
-      timed_out = true;
-      signal->emit(asio::cancellation_type::terminal);
+
+  /// Posted by the initiation: link to the group (a cancellation emits from here on), then loop.
+  void begin(self_ptr self) {
+    const retry_policy& p = policy_of(policy_);
+    if (signal_) {
+      armed_ = true;
+      if (!cancelled_ && p.cancellation.can_be_cancelled() && !p.cancellation.attach(*this))
+        cancelled_ = true;
+    }
+    core_.started();
+    step(std::move(self), core_.top(cancelled()));
+  }
+
+  /// Does what the loop decided. Returns at once after handing `self` on: the state may be gone.
+  void step(self_ptr self, next_step next) {
+    switch (next) {
+    case next_step::attempt:
+      return attempt(std::move(self));
+    case next_step::sleep:
+      return sleep(std::move(self));
+    case next_step::done:
+      return finish(std::move(self));
     }
   }
 
-  // The attempt's entry in the deadline queue (deadline_queue.hpp). Due: only that hops to the
-  // strand; an attempt that ends in time costs an unlink and no handler.
-  using queue_type =
-      deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
-  static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
-    return std::static_pointer_cast<void>(from_entry(e).weak_from_this().lock());
-  }
-  static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
-    auto& self = from_entry(e);
-    asio::dispatch(self.strand, [s = self.shared_from_this(), g] { s->time_out(g); });
-  }
-  static op_state& from_entry(typename queue_type::entry& e) noexcept {
-    return static_cast<op_state&>(e);
-  }
-  typename queue_type::time_point due_after(nanoseconds limit) const {
-    using clock = typename queue_type::clock_type;
-    const auto now = clock::now();
-    const auto left = std::chrono::ceil<typename clock::duration>(limit);
-    return left >= clock::time_point::max() - now ? clock::time_point::max() : now + left;
+  void sleep(self_ptr self) {
+    const nanoseconds d = core_.delay();
+    if (d == nanoseconds::zero()) {
+      // An expired timer would cost a timerfd round trip; a post yields just as well.
+      const Exec ex = exec_;
+      asio::post(ex, resume{std::move(self)});
+      return;
+    }
+    if (cancelled_)
+      return step(std::move(self), core_.top(true));
+    try {
+      if (!timer_)
+        timer_.emplace(exec_);
+      timer_->expires_after(std::chrono::ceil<typename clock::duration>(d));
+      // Not bound to any slot: a cancellation cancels the timer itself (`cancel`).
+      timer_->async_wait(resume{self});
+      sleeping_ = true;
+    } catch (...) {
+      core_.thrown(std::current_exception());
+      finish(std::move(self));
+    }
   }
 
-  // Always a post: the source may be cancelled from a hook running on this very strand. Weak:
+  void attempt(self_ptr self) {
+    if (timed_)
+      start_attempt(core_.attempt_limit());
+    in_attempt_ = true;
+    if constexpr (shape::template takes_handler<attempt_handler>) {
+      try {
+        shape::initiate(op_, core_.context(), attempt_handler{self});
+      } catch (const std::system_error& e) {
+        core_.result().error = e.code();
+        attempt_done(std::move(self));
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+      } catch (const asio_system_error& e) {
+        core_.result().error = e.code();
+        attempt_done(std::move(self));
+#endif
+      } catch (...) {
+        core_.result().exception = std::current_exception();
+        attempt_done(std::move(self));
+      }
+    } else {
+      // An awaitable attempt: its coroutine lives while it runs, and no longer.
+      const Exec ex = exec_;
+      retry_op* raw = self.get();
+      if (signal_)
+        asio::co_spawn(ex, run_attempt(raw),
+                       asio::bind_cancellation_slot(signal_->slot(), attempt_done_handler{self}));
+      else
+        asio::co_spawn(ex, run_attempt(raw), attempt_done_handler{self});
+    }
+  }
+
+  struct attempt_done_handler {
+    self_ptr s;
+    void operator()(std::exception_ptr e) {
+      retry_op& st = *s;
+      if (e) // co_spawn could not run the attempt at all
+        absorb(st.core_.result(), std::move(e));
+      st.attempt_done(std::move(s));
+    }
+  };
+
+  static asio::awaitable<void> run_attempt(retry_op* s) {
+    loop_result<T>& r = s->core_.result();
+    try {
+      if constexpr (shape::awaits_void) {
+        co_await shape::start(s->op_, s->core_.context());
+        r.value.emplace();
+      } else {
+        shape::take(r, co_await shape::start(s->op_, s->core_.context()));
+      }
+    } catch (const std::system_error& e) {
+      r.error = e.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+    } catch (const asio_system_error& e) {
+      r.error = e.code();
+#endif
+    } catch (...) {
+      r.exception = std::current_exception();
+    }
+    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+    // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
+    co_await asio::this_coro::throw_if_cancelled(false);
+  }
+
+  void attempt_done(self_ptr self) {
+    in_attempt_ = false;
+    if (signal_)
+      signal_->slot().clear(); // no handler of the finished attempt stays behind
+    const bool timed_out = timed_ && end_attempt();
+    step(std::move(self), core_.ended(timed_out, cancelled()));
+  }
+
+  /// The outcome is decided: unlink, tell the stats and the observer, release the state, then
+  /// call the handler through its associated executor (never inside the initiation: the start
+  /// was posted).
+  void finish(self_ptr self) {
+    armed_ = false;
+    policy_of(policy_).cancellation.detach(*this);
+    if (deadlines_)
+      deadlines_->remove(*this);
+    core_.finish();
+    Handler h = std::move(*handler_);
+    handler_.reset();
+    auto user_slot = asio::get_associated_cancellation_slot(h);
+    if (user_slot.is_connected())
+      user_slot.clear();
+    auto ex = asio::get_associated_executor(h, io_executor());
+    loop_result<T> r = std::move(core_.result());
+    self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
+    asio::dispatch(
+        ex, [h = std::move(h), r = std::move(r)]() mutable { Deliver::template deliver<T>(h, r); });
+  }
+
+  static auto keep_io_executor(const Executor& ex) {
+    if constexpr (same_executor)
+      return no_executor{};
+    else
+      return ex;
+  }
+  Executor io_executor() const {
+    if constexpr (same_executor)
+      return exec_;
+    else
+      return io_ex_;
+  }
+
+  // --- The attempt's deadline: `start_attempt(limit)` links the state into its context's
+  // deadline queue, `end_attempt()` unlinks it and says whether the deadline cut the attempt.
+  // An attempt that ends in time costs an unlink and no handler; only a deadline that came due
+  // hops onto `Exec`.
+
+  void start_attempt(nanoseconds limit) {
+    if (!deadlines_)
+      deadlines_ = &queue_type::of(inner_executor(exec_));
+    timed_out_ = false;
+    deadlines_->push(*this, due_after(limit), ++generation_);
+  }
+  bool end_attempt() {
+    deadlines_->remove(*this);
+    return timed_out_ && !cancelled_;
+  }
+  typename queue_type::time_point due_after(nanoseconds limit) const {
+    using qclock = typename queue_type::clock_type;
+    const auto now = qclock::now();
+    const auto left = std::chrono::ceil<typename qclock::duration>(limit);
+    return left >= qclock::time_point::max() - now ? qclock::time_point::max() : now + left;
+  }
+  static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
+    return std::static_pointer_cast<void>(static_cast<retry_op&>(e).weak_from_this().lock());
+  }
+  static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
+    auto& self = static_cast<retry_op&>(e);
+    const Exec ex = self.exec_;
+    asio::dispatch(ex, [s = self.shared_from_this(), g] { s->time_out(g); });
+  }
+  void time_out(std::uint64_t g) {
+    if (armed_ && in_attempt_ && generation_ == g && !cancelled_) {
+      timed_out_ = true;
+      signal_->emit(asio::cancellation_type::terminal);
+    }
+  }
+
+  // --- Cancellation, on `Exec`.
+
+  void cancel() {
+    if (cancelled_)
+      return;
+    cancelled_ = true;
+    if (!armed_)
+      return; // not started yet (`begin` sees it), or over
+    if (sleeping_)
+      timer_->cancel();
+    else if (in_attempt_)
+      signal_->emit(asio::cancellation_type::terminal);
+    // else: between steps (a posted resume); the top of the loop sees it
+  }
+
+  // Always a post: the source may be cancelled from a hook running on this very executor. Weak:
   // a notice never keeps the state (and its strand) alive past its execution context; the
   // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
-    auto& self = static_cast<op_state&>(r);
-    asio::post(self.strand, [w = self.weak_from_this()] {
+    auto& self = static_cast<retry_op&>(r);
+    const Exec ex = self.exec_;
+    asio::post(ex, [w = self.weak_from_this()] {
       if (auto s = w.lock())
         s->cancel();
     });
   }
 
   // Batched group notices (cancellation.hpp): one handler per execution context enters each
-  // operation's strand from that context's own thread, inline when the strand is idle.
+  // operation from that context's own thread: inline on a one-thread context, else through the
+  // operation's strand (inline when the strand is idle).
   static void post_batch(cancellation_registration& r, cancellation_batch batch) noexcept {
-    asio::post(static_cast<op_state&>(r).strand.get_inner_executor(), std::move(batch));
+    asio::post(inner_executor(static_cast<retry_op&>(r).exec_), std::move(batch));
   }
   static std::weak_ptr<cancellation_registration> handle(cancellation_registration& r) noexcept {
-    return static_cast<op_state&>(r).weak_from_this();
+    return static_cast<retry_op&>(r).weak_from_this();
   }
   static void notify_here(cancellation_registration& r) noexcept {
-    auto& self = static_cast<op_state&>(r);
-    asio::dispatch(self.strand, [w = self.weak_from_this()] {
-      if (auto s = w.lock())
-        s->cancel();
-    });
+    auto& self = static_cast<retry_op&>(r);
+    if constexpr (!is_strand<Exec>::value) {
+      self.cancel(); // on the one thread of the operation's context, the state pinned
+    } else {
+      const Exec ex = self.exec_;
+      asio::dispatch(ex, [w = self.weak_from_this()] {
+        if (auto s = w.lock())
+          s->cancel();
+      });
+    }
   }
   static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
 
-  cancellation_token token;
-  queue_type* deadlines = nullptr; ///< found at the first timed attempt
-  Timer* sleeper = nullptr;        ///< the loop's sleep timer, while it sleeps
-  std::uint64_t generation = 0;    ///< of the timed attempt in flight
-  bool timed;
-  bool armed = false;
-  bool in_attempt = false;
-  bool timed_out = false;
-};
-
-/// The completion co_spawn calls. It never owns the operation's state: the loop's frame does, so
-/// that the state (its strand, its attempt timer) dies on the operation's side, never on the
-/// handler's executor (`use_future`'s runs on the system executor, possibly after the
-/// operation's io_context is gone).
-template <class T, class Handler, class State, class Executor, class Deliver>
-class retry_completion {
-public:
-  retry_completion(Handler h, State* s, Executor ex)
-      : handler_(std::move(h)), executor_(std::move(ex)) {
-    if constexpr (!std::is_void_v<State>)
-      if (s) {
-        signal_ = s->signal;
-        slot_ = signal_->slot();
-      }
-  }
-
-  using executor_type = asio::associated_executor_t<Handler, Executor>;
-  executor_type get_executor() const noexcept {
-    return asio::get_associated_executor(handler_, executor_);
-  }
-  using allocator_type = asio::associated_allocator_t<Handler>;
-  allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(handler_); }
-  using cancellation_slot_type = asio::cancellation_slot;
-  cancellation_slot_type get_cancellation_slot() const noexcept { return slot_; }
-
-  void operator()(std::exception_ptr e, loop_result<T> r) {
-    absorb(r, std::move(e));
-    if constexpr (!std::is_void_v<State>) {
-      auto user_slot = asio::get_associated_cancellation_slot(handler_);
-      if (user_slot.is_connected())
-        user_slot.clear();
-    }
-    Deliver::template deliver<T>(handler_, r);
-  }
-
-private:
-  Handler handler_;
-  std::shared_ptr<asio::cancellation_signal> signal_; ///< outlives co_spawn's use of slot_
-  asio::cancellation_slot slot_;
-  Executor executor_;
+  Exec exec_;
+  [[no_unique_address]] std::conditional_t<same_executor, no_executor, Executor> io_ex_;
+  std::optional<Handler> handler_;
+  Op op_;
+  Policy policy_;
+  loop_core<clock, T> core_;                          ///< refers to `policy_`
+  std::optional<timer_type> timer_;                   ///< the sleep timer, made at the first sleep
+  std::unique_ptr<asio::cancellation_signal> signal_; ///< controlled: bound to each attempt
+  queue_type* deadlines_ = nullptr;                   ///< found at the first timed attempt
+  std::uint64_t generation_ = 0;                      ///< of the timed attempt in flight
+  bool running_ = false;
+  bool timed_ = false;
+  bool armed_ = false; ///< linked to the group, cancellable
+  bool cancelled_ = false;
+  bool sleeping_ = false;
+  bool in_attempt_ = false;
+  bool timed_out_ = false;
 };
 
 /// Tells `initiate_retry` to run on the handler's associated executor: for `use_awaitable`, the
@@ -359,46 +562,34 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
   template <class Handler, class Executor, class Op, class Policy>
   void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy, retry_stats* stats,
                   op_origin origin) const {
-    using handler_type = std::decay_t<Handler>;
     auto user_slot = asio::get_associated_cancellation_slot(handler);
-    if (!needs_control(policy_of(policy), user_slot.is_connected())) {
-      using completion = retry_completion<T, handler_type, void, Executor, Deliver>;
-      asio::co_spawn(ex,
-                     retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats,
-                                                 std::move(origin), nullptr),
-                     completion(std::forward<Handler>(handler), nullptr, ex));
+    const bool controlled = needs_control(policy_of(policy), user_slot.is_connected());
+    // A strand only where a cancellation from another thread, or an attempt timer, could meet
+    // the operation's own handlers on another thread.
+    if (!controlled || runs_on_one_thread(ex)) {
+      launch(std::forward<Handler>(handler), ex, ex, std::move(op), std::move(policy), stats,
+             std::move(origin), controlled, user_slot);
       return;
     }
     with_serializing_executor(ex, [&](const auto& strand) {
-      start_controlled(std::forward<Handler>(handler), ex, strand, std::move(op), std::move(policy),
-                       stats, std::move(origin), user_slot);
+      launch(std::forward<Handler>(handler), strand, ex, std::move(op), std::move(policy), stats,
+             std::move(origin), true, user_slot);
     });
   }
 
-  template <class Handler, class Executor, class Strand, class Op, class Policy, class Slot>
-  static void start_controlled(Handler&& handler, const Executor& ex, const Strand& strand, Op op,
-                               Policy policy, retry_stats* stats, op_origin origin,
-                               Slot user_slot) {
+  template <class Handler, class Exec, class Executor, class Op, class Policy, class Slot>
+  static void launch(Handler&& handler, const Exec& exec, const Executor& ex, Op op, Policy policy,
+                     retry_stats* stats, op_origin origin, bool controlled, Slot user_slot) {
     using handler_type = std::decay_t<Handler>;
-    using state_type = op_state<Strand, Timer>;
-    const retry_policy& p = policy_of(policy);
-    const bool timed = p.deadline != unlimited || p.attempt_timeout != unlimited;
-    auto state = std::make_shared<state_type>(strand, p.cancellation, timed);
-    if (user_slot.is_connected()) {
-      // Any cancellation type stops the loop (a coroutine heeds only terminal ones). Weak: a
-      // slot that outlives the operation's execution context must not keep it, nor reach it.
-      user_slot.assign([w = std::weak_ptr<state_type>(state)](asio::cancellation_type) {
-        if (auto s = w.lock())
-          s->cancel_on_strand();
-      });
-    }
-    // The loop's frame owns the state (see retry_completion).
-    state_type* control = state.get();
-    auto loop = retry_loop<Timer, T, false>(std::move(op), std::move(policy), stats,
-                                            std::move(origin), std::move(state));
-    asio::co_spawn(strand, std::move(loop),
-                   retry_completion<T, handler_type, state_type, Executor, Deliver>(
-                       std::forward<Handler>(handler), control, ex));
+    using state_type = retry_op<Timer, T, Op, Policy, Exec, Executor, handler_type, Deliver>;
+    // One allocation, with the handler's allocator, as Asio's composed operations make theirs.
+    using alloc_type = typename std::allocator_traits<
+        asio::associated_allocator_t<handler_type>>::template rebind_alloc<state_type>;
+    alloc_type alloc(asio::get_associated_allocator(handler));
+    auto s = std::allocate_shared<state_type>(alloc, exec, ex, std::forward<Handler>(handler),
+                                              std::move(op), std::move(policy), stats,
+                                              std::move(origin), controlled);
+    state_type::launch(std::move(s), user_slot);
   }
 };
 
@@ -414,8 +605,8 @@ asio::awaitable<T> retry_entry(Op&& op, Policy&& policy, retry_stats* stats) {
   using held = held_policy_t<Policy>;
   op_origin origin = make_origin<typename Timer::clock_type>(policy_of(policy), stats != nullptr);
   if (!needs_control(policy_of(policy), false))
-    return retry_loop<Timer, T, true, std::decay_t<Op>, held>(
-        std::move(op), std::forward<Policy>(policy), stats, std::move(origin), nullptr);
+    return retry_loop<Timer, T, std::decay_t<Op>, held>(std::move(op), std::forward<Policy>(policy),
+                                                        stats, std::move(origin));
   // The initiation itself, awaited: no wrapper coroutine (and no extra frame) in between.
   auto a = asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
       initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
