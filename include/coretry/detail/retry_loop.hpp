@@ -267,8 +267,8 @@ retry_loop(Op op, Policy held, retry_stats* stats, op_origin origin, Control con
       // The one verdict on this attempt, for the breaker, the sending rate, the budget and the
       // decision below alike; a predicate that throws makes it abandoned, and ends the loop.
       std::exception_ptr thrown;
-      const attempt_class verdict_of =
-          sched.classify(result.error, timer_cut, cancelled_now || result.exception, thrown);
+      const attempt_class verdict_of = sched.classify(
+          result.error, timer_cut, cancelled_now || result.exception, thrown, ctx.retry_after());
       if (thrown && !result.exception)
         result.exception = std::move(thrown);
       if (policy.breaker || policy.rate_limit || policy.budget)
