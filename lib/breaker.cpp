@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "reject.hpp"
 #include "saturate.hpp"
 #include "window.hpp"
 
@@ -17,8 +18,7 @@ namespace {
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
-  throw std::invalid_argument(std::string("coretry::circuit_breaker_options: ") + field + " = " +
-                              std::to_string(value) + " (" + rule + ")");
+  detail::reject("coretry::circuit_breaker_options", field, value, rule);
 }
 
 // The state word: the state in the top two bits, its payload in the other 62.

@@ -7,15 +7,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "reject.hpp"
 #include "window.hpp"
 
 namespace coretry {
 namespace {
 
-[[noreturn]] void reject(const char* where, const char* field, double value, const char* rule) {
-  throw std::invalid_argument(std::string(where) + ": " + field + " = " + std::to_string(value) +
-                              " (" + rule + ")");
-}
+using detail::reject;
 
 } // namespace
 
