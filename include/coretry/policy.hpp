@@ -71,7 +71,10 @@ enum class on_open : std::uint8_t {
   /// (send token, retry budget) is held meanwhile, the wait is cancelled like a backoff sleep,
   /// and it spends no attempt and no budget. When the gate cannot say when
   /// (`attempt_gate::never`), or the wait would end at or after the deadline, the operation
-  /// stops at once with `refusal()` (`errc::circuit_open`).
+  /// stops at once with `refusal()` (`errc::circuit_open`). A retry the `budget` refuses waits
+  /// likewise, for `retry_budget::retry_after` (jittered), and asks the budget again; a budget
+  /// that cannot say when, or a wait reaching the deadline, stops it with
+  /// `errc::budget_exhausted`.
   wait,
 };
 
