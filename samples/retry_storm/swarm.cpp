@@ -78,7 +78,7 @@ shared_controls recommended_controls(double time_scale, waiting_options w) {
   // Written as README.md shows it, every time through `at` so that a scaled run scales them.
   const auto at = [time_scale](std::chrono::nanoseconds d) { return scaled(d, time_scale); };
   shared_controls c;
-  // Stops sending after 5 failures in a row (or half the outcomes of the last 10 s failing),
+  // Stops sending after 10 failures in a row (or half the outcomes of the last 10 s failing),
   // then lets one probe through 1 s (+-20 %) after each failure; its success closes the breaker.
   // At most 50 attempts without an answer (about 5 times what 1000 clients thinking 10 s keep in
   // flight at 100 ms): what a server that stops answering receives before the breaker opens.
@@ -150,14 +150,15 @@ shared_controls strategy_controls(std::string_view name, double time_scale, wait
   if (name == "sre") {
     // The SRE book's client-side throttling in place of the breaker, with the same budget. The
     // book counts over 2 minutes; a window that long remembers two minutes of accepts and lets a
-    // frozen server's queue fill for as long, so the lab's is 5 s (--throttle-window-s).
+    // frozen server's queue fill for as long, and after a total outage the share it lets through
+    // grows by K per window, so the lab's is 1 s (--throttle-window-s; docs/retry_storm.md).
     c.budget = recommended_controls(time_scale, w).budget;
     c.breaker = std::make_shared<coretry::adaptive_throttle>(coretry::adaptive_throttle_options{
         .k = 2.0,
         .window = scaled(std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::duration<double>(w.throttle_window_s)),
                          time_scale),
-        .window_buckets = 50,
+        .window_buckets = 20,
     });
     return c;
   }

@@ -71,9 +71,9 @@ struct waiting_options {
   /// `circuit_breaker_options::max_in_flight` of every breaker (`--max-in-flight`; 0: none).
   unsigned max_in_flight = 50;
   /// `circuit_breaker_options::consecutive_failures` of every breaker (`--consecutive-failures`).
-  unsigned consecutive_failures = 5;
+  unsigned consecutive_failures = 10;
   /// `sre`'s `adaptive_throttle_options::window`, model seconds (`--throttle-window-s`).
-  double throttle_window_s = 5;
+  double throttle_window_s = 1;
 };
 
 /// The controls of the recommended policy (`safe`), at the article's time scale when
