@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "reject.hpp"
 #include "saturate.hpp"
 #include "window.hpp"
 
@@ -17,8 +18,7 @@ namespace {
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
-  throw std::invalid_argument(std::string("coretry::circuit_breaker_options: ") + field + " = " +
-                              std::to_string(value) + " (" + rule + ")");
+  detail::reject("coretry::circuit_breaker_options", field, value, rule);
 }
 
 // The state word: the state in the top two bits, its payload in the other 62.
@@ -37,7 +37,7 @@ constexpr breaker_state state_of(std::uint64_t w) noexcept {
 constexpr std::uint64_t payload_of(std::uint64_t w) noexcept {
   return w & payload_mask;
 }
-constexpr std::uint64_t in_flight(std::uint64_t w) noexcept {
+constexpr std::uint64_t probes_of(std::uint64_t w) noexcept {
   return w & 0xffff;
 }
 constexpr std::uint64_t probe_successes(std::uint64_t w) noexcept {
@@ -97,6 +97,8 @@ circuit_breaker::circuit_breaker(circuit_breaker_options options)
     reject("half_open_probes", o.half_open_probes, "must be in [1, 65535]");
   if (o.ramp < nanoseconds::zero())
     reject("ramp (ns)", static_cast<double>(o.ramp.count()), "must not be negative");
+  if (o.max_in_flight > 1'000'000)
+    reject("max_in_flight", o.max_in_flight, "must be in [0, 1000000]");
   if (o.retry_interval <= nanoseconds::zero())
     reject("retry_interval (ns)", static_cast<double>(o.retry_interval.count()),
            "must be positive");
@@ -182,6 +184,29 @@ void circuit_breaker::transition(breaker_state from, breaker_state to, nanosecon
 }
 
 bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
+  const unsigned cap = options_.max_in_flight;
+  if (cap == 0)
+    return acquire_state(now);
+  // A slot first, then the state: a refused state hands the slot back, so no probe slot is
+  // taken for an attempt the limit then refuses.
+  if (in_flight_.fetch_add(1, std::memory_order_acq_rel) >= cap) {
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    refusals_.fetch_add(1, std::memory_order_relaxed);
+    in_flight_refusals_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (acquire_state(now))
+    return true;
+  in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  return false;
+}
+
+void circuit_breaker::release_slot() noexcept {
+  if (options_.max_in_flight != 0)
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool circuit_breaker::acquire_state(nanoseconds now) noexcept {
   std::uint64_t w = word_.load(std::memory_order_acquire);
   for (;;) {
     switch (state_of(w)) {
@@ -209,7 +234,7 @@ bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
       break;
     }
     case breaker_state::half_open: {
-      if (in_flight(w) >= options_.half_open_probes) {
+      if (probes_of(w) >= options_.half_open_probes) {
         refusals_.fetch_add(1, std::memory_order_relaxed);
         return false;
       }
@@ -223,6 +248,7 @@ bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
 }
 
 void circuit_breaker::on_success(nanoseconds now) noexcept {
+  release_slot();
   successes_.fetch_add(1, std::memory_order_relaxed);
   std::uint64_t w = word_.load(std::memory_order_acquire);
   if (state_of(w) == breaker_state::closed)
@@ -245,7 +271,7 @@ void circuit_breaker::on_success(nanoseconds now) noexcept {
         closed_at_.store(now.count(), std::memory_order_release);
         next = make_word(breaker_state::closed, 0);
       } else {
-        next = half_open_word(in_flight(w) > 0 ? in_flight(w) - 1 : 0, ok);
+        next = half_open_word(probes_of(w) > 0 ? probes_of(w) - 1 : 0, ok);
       }
       break;
     }
@@ -260,6 +286,7 @@ void circuit_breaker::on_success(nanoseconds now) noexcept {
 }
 
 void circuit_breaker::on_failure(nanoseconds now) noexcept {
+  release_slot();
   failures_.fetch_add(1, std::memory_order_relaxed);
   std::uint64_t w = word_.load(std::memory_order_acquire);
   if (state_of(w) == breaker_state::closed)
@@ -299,8 +326,19 @@ void circuit_breaker::on_failure(nanoseconds now) noexcept {
 
 void circuit_breaker::on_abandoned(nanoseconds) noexcept {
   abandoned_.fetch_add(1, std::memory_order_relaxed);
+  release_slot();
+  free_probe();
+}
+
+void circuit_breaker::on_pushback(nanoseconds) noexcept {
+  pushbacks_.fetch_add(1, std::memory_order_relaxed);
+  release_slot();
+  free_probe();
+}
+
+void circuit_breaker::free_probe() noexcept {
   std::uint64_t w = word_.load(std::memory_order_acquire);
-  while (state_of(w) == breaker_state::half_open && in_flight(w) > 0 &&
+  while (state_of(w) == breaker_state::half_open && probes_of(w) > 0 &&
          !word_.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
   }
@@ -337,7 +375,7 @@ nanoseconds circuit_breaker::open_until() const noexcept {
 
 unsigned circuit_breaker::probes_in_flight() const noexcept {
   const std::uint64_t w = word_.load(std::memory_order_acquire);
-  return state_of(w) == breaker_state::half_open ? static_cast<unsigned>(in_flight(w)) : 0;
+  return state_of(w) == breaker_state::half_open ? static_cast<unsigned>(probes_of(w)) : 0;
 }
 
 unsigned circuit_breaker::failure_run() const noexcept {

@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/budget.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "reject.hpp"
 #include "window.hpp"
 
 namespace coretry {
 namespace {
 
-[[noreturn]] void reject(const char* where, const char* field, double value, const char* rule) {
-  throw std::invalid_argument(std::string(where) + ": " + field + " = " + std::to_string(value) +
-                              " (" + rule + ")");
-}
+using detail::reject;
 
 } // namespace
 
@@ -94,6 +94,15 @@ bool ratio_budget::try_retry(std::chrono::nanoseconds now) noexcept {
 
 void ratio_budget::refund(std::chrono::nanoseconds granted_at) noexcept {
   retries_->undo(retries_->bucket(granted_at));
+}
+
+std::chrono::nanoseconds ratio_budget::retry_after(std::chrono::nanoseconds now) noexcept {
+  const std::chrono::nanoseconds width = options_.window / options_.buckets;
+  const std::int64_t next = retries_->bucket(now) + 1;
+  const std::int64_t edge = next > std::numeric_limits<std::int64_t>::max() / width.count()
+                                ? std::numeric_limits<std::int64_t>::max()
+                                : next * width.count();
+  return std::max(std::chrono::nanoseconds(1), std::chrono::nanoseconds(edge) - now);
 }
 
 std::uint64_t ratio_budget::requests(std::chrono::nanoseconds now) const noexcept {

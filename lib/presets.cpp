@@ -15,8 +15,12 @@ constexpr unsigned no_limit = std::numeric_limits<unsigned>::max();
 } // namespace
 
 circuit_breaker_options overload_safe_breaker() {
+  // 10 in a row, not 5: at a 30 % error rate (partial failure) five failures in a row come by
+  // chance every few hundred attempts and open the breaker again and again; ten come once in
+  // about 170,000 (docs/retry_storm.md). A stopped upstream's timeouts still open it at once:
+  // they come back together.
   return circuit_breaker_options{
-      .consecutive_failures = 5,
+      .consecutive_failures = 10,
       .failure_ratio = 0.5,
       .minimum_throughput = 20,
       .window = 10s,

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "reject.hpp"
 #include "saturate.hpp"
 
 namespace coretry {
@@ -18,8 +19,7 @@ using detail::sub_sat;
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
-  throw std::invalid_argument(std::string("coretry::adaptive_rate_options: ") + field + " = " +
-                              std::to_string(value) + " (" + rule + ")");
+  detail::reject("coretry::adaptive_rate_options", field, value, rule);
 }
 
 constexpr double ns_per_s = 1e9;

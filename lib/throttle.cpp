@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "reject.hpp"
 #include "window.hpp"
 
 namespace coretry {
@@ -15,8 +16,7 @@ namespace {
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
-  throw std::invalid_argument(std::string("coretry::adaptive_throttle_options: ") + field + " = " +
-                              std::to_string(value) + " (" + rule + ")");
+  detail::reject("coretry::adaptive_throttle_options", field, value, rule);
 }
 
 } // namespace

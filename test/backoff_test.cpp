@@ -206,7 +206,7 @@ TEST_CASE("presets are ordinary policies a caller can adjust") {
   CHECK(copy.breaker == safe.breaker); // copies share one upstream's breaker
   safe.attempt_timeout = 500ms;        // and every field is still the caller's
   safe.validate();
-  CHECK(coretry::presets::overload_safe_breaker().consecutive_failures == 5);
+  CHECK(coretry::presets::overload_safe_breaker().consecutive_failures == 10);
   CHECK(coretry::presets::overload_safe_budget().ratio == 0.1);
   CHECK(!coretry::presets::overload_safe_per_endpoint().breaker);
 

@@ -392,3 +392,88 @@ TEST_CASE("isolate refuses everything until reset; reset closes with the counts 
     CHECK(seen.back() == std::tuple{breaker_state::open, breaker_state::isolated});
   }
 }
+
+TEST_CASE("a push-back is neither a failure nor a success: no run, no window, no trip") {
+  circuit_breaker b(
+      exact({.consecutive_failures = 3, .failure_ratio = 0.5, .minimum_throughput = 3}));
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(b.try_acquire(1ms * i));
+    b.on_pushback(1ms * i);
+  }
+  CHECK(b.state() == breaker_state::closed);
+  CHECK(b.failure_run() == 0);
+  CHECK(b.window_failures(10ms) == 0);
+  CHECK(b.window_successes(10ms) == 0);
+  CHECK(b.pushbacks() == 10);
+  CHECK(b.failures() == 0);
+  CHECK(b.successes() == 0);
+  // Between two failures it neither resets the run nor adds to it.
+  b.on_failure(20ms);
+  b.on_pushback(21ms);
+  b.on_failure(22ms);
+  CHECK(b.failure_run() == 2);
+}
+
+TEST_CASE("a push-back frees a half-open probe slot and leaves the breaker half-open") {
+  circuit_breaker b(exact({.consecutive_failures = 1, .break_duration = 1s}));
+  REQUIRE(b.try_acquire(0s));
+  b.on_failure(0s);
+  REQUIRE(b.state() == breaker_state::open);
+  REQUIRE(b.try_acquire(1s)); // the probe
+  CHECK_FALSE(b.try_acquire(1s));
+  b.on_pushback(1100ms);
+  CHECK(b.state() == breaker_state::half_open);
+  CHECK(b.probes_in_flight() == 0);
+  CHECK(b.try_acquire(1200ms)); // the next probe
+}
+
+TEST_CASE("max_in_flight refuses attempts beyond the cap until an outcome frees a slot") {
+  circuit_breaker b(exact({.max_in_flight = 3}));
+  CHECK(b.try_acquire(0s));
+  CHECK(b.try_acquire(0s));
+  CHECK(b.try_acquire(0s));
+  CHECK(b.in_flight() == 3);
+  CHECK_FALSE(b.try_acquire(0s));
+  CHECK(b.in_flight_refusals() == 1);
+  CHECK(b.refusals() == 1);
+  CHECK(b.state() == breaker_state::closed); // the cap is no failure
+  // Every kind of outcome frees its slot.
+  b.on_success(1ms);
+  CHECK(b.try_acquire(1ms));
+  b.on_failure(2ms);
+  CHECK(b.try_acquire(2ms));
+  b.on_abandoned(3ms);
+  CHECK(b.try_acquire(3ms));
+  b.on_pushback(4ms);
+  CHECK(b.try_acquire(4ms));
+  CHECK_FALSE(b.try_acquire(4ms));
+  CHECK(b.in_flight() == 3);
+  // A waiter refused by the cap asks again after about retry_interval.
+  const auto wait = b.retry_after(4ms);
+  CHECK(wait >= 50ms);
+  CHECK(wait <= 150ms);
+}
+
+TEST_CASE("max_in_flight: a refusal by the state takes no slot, and the cap holds open or not") {
+  circuit_breaker b(exact({.consecutive_failures = 1, .break_duration = 1s, .max_in_flight = 2}));
+  REQUIRE(b.try_acquire(0s));
+  REQUIRE(b.try_acquire(0s));
+  b.on_failure(0s); // opens; one attempt still in flight
+  CHECK(b.in_flight() == 1);
+  CHECK_FALSE(b.try_acquire(500ms)); // the break
+  CHECK(b.in_flight() == 1);
+  CHECK(b.in_flight_refusals() == 0);
+  CHECK(b.try_acquire(1s)); // the probe takes the last slot
+  CHECK(b.in_flight() == 2);
+  b.on_success(1100ms); // the probe closes it
+  CHECK(b.state() == breaker_state::closed);
+  CHECK(b.try_acquire(1100ms));
+  CHECK_FALSE(b.try_acquire(1100ms)); // the stale attempt still holds its slot
+  CHECK(b.in_flight_refusals() == 1);
+  b.on_abandoned(1200ms);
+  CHECK(b.try_acquire(1200ms));
+}
+
+TEST_CASE("max_in_flight out of range is refused with its name") {
+  CHECK(rejection({.max_in_flight = 1'000'001}).find("max_in_flight") != std::string::npos);
+}

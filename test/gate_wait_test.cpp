@@ -5,6 +5,7 @@
 // closes. On the manual clock.
 
 #include <coretry/breaker.hpp>
+#include <coretry/budget.hpp>
 #include <coretry/hedge.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/retry.hpp>
@@ -436,4 +437,70 @@ TEST_CASE("policy: when_open must be fail or wait") {
   retry_policy p;
   p.when_open = static_cast<on_open>(7);
   CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("when_open = 7"), std::invalid_argument);
+}
+
+namespace {
+/// A budget of one retry per second of window (1 s, 10 buckets of 100 ms), nothing per request.
+std::shared_ptr<coretry::ratio_budget> one_retry_per_second() {
+  return std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
+      .ratio = 0, .min_retries_per_second = 1, .window = 1s, .buckets = 10});
+}
+} // namespace
+
+TEST_CASE("wait: a retry the budget refuses waits for the window to slide instead of failing") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(refused), fail(refused), fail(refused), succeed(4)}};
+  retry_policy p{.max_attempts = 10, .backoff = coretry::backoff::fixed(10ms), .seed = 1};
+  p.budget = one_retry_per_second();
+  p.when_open = on_open::wait;
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.completions == 1);
+  CHECK(!r.error);
+  CHECK(r.value == 4);
+  CHECK(stats.attempts == 4);
+  REQUIRE(op.started.size() == 4);
+  CHECK(op.started[1] == 10ms); // the window's one retry
+  // The next retries waited until the retry before them left the window (1 s later, asked at
+  // a bucket's edge plus up to half a bucket), never sooner.
+  CHECK(op.started[2] >= 1s);
+  CHECK(op.started[2] < 1200ms);
+  CHECK(op.started[3] >= 2s);
+  CHECK(op.started[3] < 2200ms);
+}
+
+TEST_CASE("fail (the default): the same refusal ends the operation with budget_exhausted") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(refused), fail(refused), succeed(4)}};
+  retry_policy p{.max_attempts = 10, .backoff = coretry::backoff::fixed(10ms), .seed = 1};
+  p.budget = one_retry_per_second();
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.error == refused);
+  CHECK(stats.reason == coretry::errc::budget_exhausted);
+  CHECK(stats.attempts == 2);
+}
+
+TEST_CASE("wait: a budget wait that would reach the deadline ends with budget_exhausted") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(refused), fail(refused), succeed(4)}};
+  retry_policy p{
+      .max_attempts = 10, .deadline = 500ms, .backoff = coretry::backoff::fixed(10ms), .seed = 1};
+  p.budget = one_retry_per_second();
+  p.when_open = on_open::wait;
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(stats.reason == coretry::errc::budget_exhausted);
+  CHECK(stats.attempts == 2);
+  CHECK(r.at < 500ms);
+}
+
+TEST_CASE("ratio_budget::retry_after: until the next bucket's start") {
+  auto b = one_retry_per_second();
+  CHECK(b->retry_after(0ms) == 100ms);
+  CHECK(b->retry_after(1234ms) == 66ms);
+  CHECK(b->retry_after(1300ms) == 100ms);
 }

@@ -2,6 +2,7 @@
 // How the loop uses a circuit breaker (attempt_gate) and a sending rate (send_rate): with
 // scripted fakes, on the manual clock.
 
+#include <coretry/breaker.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
@@ -225,4 +226,51 @@ TEST_CASE("a retry_if that throws still reports the attempt to the breaker") {
   const auto r = run_retry(io, op, p, stats);
   CHECK(r.error == coretry::errc::unexpected_exception);
   CHECK(gate->log == std::vector<std::string>{"abandoned"});
+}
+
+TEST_CASE("an answer carrying Retry-After is retried after the hint but is no breaker failure") {
+  manual_clock::reset();
+  asio::io_context io;
+  // A rate-limited upstream: ten answers asking to come back in 1 s, then a success. A breaker
+  // counting them would open on the fifth and fail the operation with circuit_open.
+  auto breaker = std::make_shared<coretry::circuit_breaker>(
+      coretry::circuit_breaker_options{.consecutive_failures = 5, .break_jitter = 0, .seed = 1});
+  int calls = 0;
+  auto op = [&](coretry::attempt_context& ctx) -> asio::awaitable<int> {
+    if (++calls <= 10) {
+      ctx.retry_after(1s);
+      throw std::system_error(refused);
+    }
+    co_return calls;
+  };
+  retry_policy p{.max_attempts = 20, .backoff = coretry::backoff::fixed(10ms), .breaker = breaker};
+  const auto start = manual_clock::now();
+  int value = 0, completions = 0;
+  asio::co_spawn(io, coretry::retry_async<manual_timer>(op, p), [&](std::exception_ptr e, int v) {
+    ++completions;
+    CHECK_FALSE(e);
+    value = v;
+  });
+  REQUIRE(drive(io, [&] { return completions > 0; }));
+  CHECK(value == 11);
+  CHECK(manual_clock::now() - start == 10s); // every hint honoured
+  CHECK(breaker->times_opened() == 0);
+  CHECK(breaker->pushbacks() == 10);
+  CHECK(breaker->failures() == 0);
+  CHECK(breaker->successes() == 1);
+}
+
+TEST_CASE("pushback_if marks errors without a hint as push-backs; others stay failures") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  const std::error_code reset = make_error_code(std::errc::connection_reset);
+  scripted_op op{{fail(refused), fail(reset), succeed(3)}};
+  retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)};
+  p.breaker = gate;
+  p.pushback_if = [](const std::error_code& ec) { return ec == refused; };
+  coretry::retry_stats stats;
+  const auto r = run(io, op, p, stats);
+  CHECK(r.value == 3);
+  CHECK(gate->log == std::vector<std::string>{"pushback", "failure", "success"});
 }

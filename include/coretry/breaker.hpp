@@ -63,6 +63,14 @@ struct circuit_breaker_options {
   /// how widely waiters are spread past the end of a break (`open_until() + retry_interval * u`,
   /// u uniform in [0, 1]), so that they do not all ask at the same instant. Positive.
   std::chrono::nanoseconds retry_interval = std::chrono::milliseconds(100);
+  /// Concurrency limit (a bulkhead): at most this many granted attempts without an outcome yet,
+  /// in every state; one more is refused (`errc::circuit_open`, or a wait of `retry_interval`
+  /// under `on_open::wait`) and counted in `in_flight_refusals()`. It bounds what an upstream
+  /// that stopped answering receives before the first timeouts open the breaker: without it,
+  /// every request of the detection window (the attempt timeout) is sent and queued there.
+  /// Size it above the attempts normally in flight (request rate × latency) with room for bursts
+  /// and slow periods. 0 (the default): no limit. At most 1,000,000.
+  unsigned max_in_flight = 0;
   /// Seed of the break jitter (and of the ramp and the waiters' jitter); unset, one is drawn
   /// from entropy.
   std::optional<std::uint64_t> seed{};
@@ -89,6 +97,11 @@ struct circuit_breaker_options {
 ///   to: an outcome reported while half-open counts as a probe's, even for an attempt granted
 ///   before the breaker opened (a late success closes it a little early; a late failure keeps it
 ///   open a little longer).
+/// - **push-back** (`on_pushback`: an HTTP 429 or an answer carrying `Retry-After`, see
+///   `retry_policy::pushback_if`): the upstream answered and asked for less traffic; the loop
+///   honours its hint, and the breaker counts it as neither failure nor success.
+/// - **in-flight limit** (when `max_in_flight` is set): in every state, an attempt is refused
+///   while that many granted attempts have no outcome yet.
 /// - **ramp** (when `ramp` is set): for `ramp` after closing, the breaker is closed but lets
 ///   an attempt through with probability rising linearly from 0 to 1.
 ///
@@ -127,6 +140,10 @@ public:
   void on_success(std::chrono::nanoseconds now) noexcept override;
   void on_failure(std::chrono::nanoseconds now) noexcept override;
   void on_abandoned(std::chrono::nanoseconds now) noexcept override;
+  /// A push-back (an HTTP 429, an answer with `Retry-After`): neither a failure nor a success.
+  /// It leaves the run of failures and the window alone and, while half-open, frees its probe
+  /// slot as an abandoned attempt does; counted in `pushbacks()`.
+  void on_pushback(std::chrono::nanoseconds now) noexcept override;
   /// After a refusal at `now`: how long a waiting operation should wait before asking again
   /// (always positive; see the class comment).
   std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
@@ -157,6 +174,14 @@ public:
   std::uint64_t successes() const noexcept { return successes_.load(std::memory_order_relaxed); }
   /// Failures reported since construction.
   std::uint64_t failures() const noexcept { return failures_.load(std::memory_order_relaxed); }
+  /// Push-backs reported since construction (`on_pushback`).
+  std::uint64_t pushbacks() const noexcept { return pushbacks_.load(std::memory_order_relaxed); }
+  /// Granted attempts without an outcome yet (counted only with `max_in_flight`).
+  unsigned in_flight() const noexcept { return in_flight_.load(std::memory_order_relaxed); }
+  /// Attempts refused by `max_in_flight` since construction (also counted in `refusals()`).
+  std::uint64_t in_flight_refusals() const noexcept {
+    return in_flight_refusals_.load(std::memory_order_relaxed);
+  }
   /// Granted attempts abandoned since construction.
   std::uint64_t abandoned() const noexcept { return abandoned_.load(std::memory_order_relaxed); }
   /// Attempts refused since construction.
@@ -187,6 +212,9 @@ private:
   double draw_uniform(double lo, double hi) noexcept;
   bool ramp_admits(std::chrono::nanoseconds now) noexcept;
   void transition(breaker_state from, breaker_state to, std::chrono::nanoseconds now) noexcept;
+  bool acquire_state(std::chrono::nanoseconds now) noexcept;
+  void release_slot() noexcept;
+  void free_probe() noexcept;
 
   circuit_breaker_options options_;
   std::atomic<std::uint64_t> word_;
@@ -204,6 +232,9 @@ private:
   std::atomic<std::uint64_t> closed_{0};
   std::atomic<std::uint64_t> ramp_refusals_{0};
   std::atomic<std::uint64_t> isolated_{0};
+  std::atomic<std::uint64_t> pushbacks_{0};
+  std::atomic<std::uint64_t> in_flight_refusals_{0};
+  std::atomic<unsigned> in_flight_{0};
 };
 
 } // namespace coretry

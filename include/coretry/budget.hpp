@@ -39,6 +39,16 @@ public:
   /// Takes back a retry `try_retry(granted_at)` granted that was not sent. The default does
   /// nothing.
   virtual void refund(std::chrono::nanoseconds /*granted_at*/) noexcept {}
+  /// What `retry_after` returns when it cannot say (the default).
+  static constexpr std::chrono::nanoseconds never = std::chrono::nanoseconds::max();
+  /// Asked after `try_retry` refused at `now` by an operation willing to wait
+  /// (`retry_policy::when_open = on_open::wait`): how long until the budget may have room again,
+  /// as a positive duration. The operation sleeps that long (jittered up by as much as half
+  /// again), holding nothing, then asks `try_retry` again. `never` (the default), zero or a
+  /// negative value: it stops with `errc::budget_exhausted` at once.
+  virtual std::chrono::nanoseconds retry_after(std::chrono::nanoseconds /*now*/) noexcept {
+    return never;
+  }
 };
 
 /// gRPC's retry throttling: a bucket of `max_tokens` tokens, full at the start. Each failed attempt
@@ -115,6 +125,9 @@ public:
   bool try_retry(std::chrono::nanoseconds now) noexcept override;
   /// Uncounts the retry granted at `granted_at`, if its bucket is still in the window.
   void refund(std::chrono::nanoseconds granted_at) noexcept override;
+  /// Until the window next slides (the start of the next bucket), when its oldest retries leave
+  /// it.
+  std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
 
   /// The options it was built with.
   const ratio_budget_options& options() const noexcept { return options_; }

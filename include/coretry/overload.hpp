@@ -24,7 +24,9 @@ namespace coretry {
 /// that long on its timer. After an attempt it was granted, the loop calls exactly one of
 /// `on_success` (it succeeded, or failed in a way that says nothing about the upstream's health:
 /// an error the policy does not retry), `on_failure` (a retryable failure: the upstream is
-/// unwell), or `on_abandoned` (the caller cancelled it).
+/// unwell), `on_pushback` (a retryable answer by which the upstream asked the client to slow
+/// down: an HTTP 429, an answer carrying `Retry-After`; see `retry_policy::pushback_if`), or
+/// `on_abandoned` (the caller cancelled it).
 class CORETRY_API attempt_gate {
 public:
   /// What `retry_after` returns when it cannot say (the default): a waiting operation stops
@@ -40,6 +42,12 @@ public:
   virtual void on_failure(std::chrono::nanoseconds now) noexcept = 0;
   /// The caller cancelled the granted attempt.
   virtual void on_abandoned(std::chrono::nanoseconds now) noexcept = 0;
+  /// The granted attempt was answered with a push-back: the upstream is alive and answering, but
+  /// asked the client to slow down (an HTTP 429, an answer with `Retry-After`). The loop retries
+  /// it after the hint as after any retryable failure. The default counts it as a failure
+  /// (`on_failure`); `circuit_breaker` counts it as neither a failure nor a success, as
+  /// resilience4j's `ignoreExceptions` do, so that a rate-limiting upstream does not trip it.
+  virtual void on_pushback(std::chrono::nanoseconds now) noexcept { on_failure(now); }
   /// Asked after `try_acquire` refused at `now`, by an operation willing to wait
   /// (`on_open::wait`): how long until an attempt may be let through, as a positive duration.
   /// The operation sleeps that long (holding no reservation) and then calls `try_acquire`

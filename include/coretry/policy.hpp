@@ -71,7 +71,10 @@ enum class on_open : std::uint8_t {
   /// (send token, retry budget) is held meanwhile, the wait is cancelled like a backoff sleep,
   /// and it spends no attempt and no budget. When the gate cannot say when
   /// (`attempt_gate::never`), or the wait would end at or after the deadline, the operation
-  /// stops at once with `refusal()` (`errc::circuit_open`).
+  /// stops at once with `refusal()` (`errc::circuit_open`). A retry the `budget` refuses waits
+  /// likewise, for `retry_budget::retry_after` (jittered), and asks the budget again; a budget
+  /// that cannot say when, or a wait reaching the deadline, stops it with
+  /// `errc::budget_exhausted`.
   wait,
 };
 
@@ -190,6 +193,13 @@ struct CORETRY_API retry_policy {
   /// Which attempt errors to retry; empty means `default_retry_if`. Cancellation is never retried,
   /// whatever this says.
   std::function<bool(const std::error_code&)> retry_if{};
+  /// Which retryable attempt errors are the upstream pushing back (asking the client to slow
+  /// down, as an HTTP 429 does) rather than failing: they are retried as any failure, after the
+  /// server's hint when it gave one, but the breaker hears `attempt_gate::on_pushback`, which
+  /// `circuit_breaker` counts as neither a failure nor a success. An attempt that carries a
+  /// `Retry-After` hint (`attempt_context::retry_after`) is a push-back whatever this says;
+  /// empty: no other error is. (`coretry::curl::retry` adds HTTP 429.)
+  std::function<bool(const std::error_code&)> pushback_if{};
   /// Called after each failed attempt that will be retried, with the delay chosen. Runs on the
   /// operation's executor.
   std::function<void(const retry_event&)> on_retry{};

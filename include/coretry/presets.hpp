@@ -15,7 +15,7 @@
 
 namespace coretry::presets {
 
-/// The breaker of the README's recommended policy: opens after 5 failures in a row or when half
+/// The breaker of the README's recommended policy: opens after 10 failures in a row or when half
 /// of at least 20 outcomes in the last 10 s failed; a break of 1 s (±20 %), then one probe.
 CORETRY_API circuit_breaker_options overload_safe_breaker();
 /// The budget of the README's recommended policy: retries at most 10 % of the requests of the

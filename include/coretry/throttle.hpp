@@ -40,7 +40,9 @@ struct adaptive_throttle_options {
 ///
 /// where, over the trailing `window`, `requests` counts the attempts asked for whose fate is
 /// known: those the upstream accepted, those it refused (a retryable failure, `on_failure`),
-/// and those this throttle rejected itself; and `accepts` counts those the upstream accepted
+/// and those this throttle rejected itself (a push-back, `on_pushback`, is a refusal: the
+/// default `attempt_gate::on_pushback` calls `on_failure`); and `accepts` counts those the
+/// upstream accepted
 /// (`on_success`: a success, or an error the policy does not retry, which the upstream did
 /// answer). While the upstream accepts everything nothing is rejected; when it refuses
 /// everything the rejection probability approaches 1, so the client sends a trickle that finds

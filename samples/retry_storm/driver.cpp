@@ -93,13 +93,20 @@ struct server_process {
   int backlog = 0; ///< The listen backlog it reported.
 };
 
-/// Starts the server with `--port 0` and reads the port it prints. Throws on failure.
-server_process start_server(const std::string& path, const std::vector<std::string>& extra_args) {
-  int fds[2], cmd[2];
-  if (pipe(fds) != 0 || pipe(cmd) != 0)
+/// A child process started by `spawn`.
+struct child_process {
+  pid_t pid = -1;
+  int out_fd = -1; ///< The read end of its stdout.
+  int in_fd = -1;  ///< The write end of its stdin, when asked for; else -1.
+};
+
+/// Starts `args` (`args[0]` the program) with its stdout piped back and, when `with_stdin`, its
+/// stdin from a pipe too; the child dies with the driver (`PR_SET_PDEATHSIG`), whatever kills
+/// it. Throws on failure.
+child_process spawn(std::vector<std::string> args, bool with_stdin) {
+  int out[2], in[2] = {-1, -1};
+  if (pipe(out) != 0 || (with_stdin && pipe(in) != 0))
     throw std::runtime_error("pipe failed");
-  std::vector<std::string> args{path, "--port", "0"};
-  args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -109,24 +116,34 @@ server_process start_server(const std::string& path, const std::vector<std::stri
   if (pid < 0)
     throw std::runtime_error("fork failed");
   if (pid == 0) {
-    // Dies with the driver, whatever kills it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
       _exit(127);
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(cmd[0], STDIN_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    close(cmd[0]);
-    close(cmd[1]);
-    execv(path.c_str(), argv.data());
-    std::perror(path.c_str());
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    if (with_stdin) {
+      dup2(in[0], STDIN_FILENO);
+      close(in[0]);
+      close(in[1]);
+    }
+    execv(argv[0], argv.data());
+    std::perror(argv[0]);
     _exit(127);
   }
-  g_child = pid;
-  close(fds[1]);
-  close(cmd[0]);
-  server_process s{pid, fds[0], cmd[1], 0, 0};
+  close(out[1]);
+  if (with_stdin)
+    close(in[0]);
+  return {pid, out[0], in[1]};
+}
+
+/// Starts the server with `--port 0` and reads the port it prints. Throws on failure.
+server_process start_server(const std::string& path, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args{path, "--port", "0"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const child_process c = spawn(std::move(args), true);
+  g_child = c.pid;
+  server_process s{c.pid, c.out_fd, c.in_fd, 0, 0};
   std::string line;
   const auto limit = clock_type::now() + std::chrono::seconds(5);
   while (clock_type::now() < limit) {
@@ -218,6 +235,7 @@ struct options {
   double hold_s = 5; ///< How long OK/s must stay up to count as recovered.
   double warmup_s = 2;
   double swarm_duration_s = 60; ///< `swarm` only.
+  double report_s = 1;          ///< `swarm` only: how often it prints a line (model seconds).
   int backlog = 0;              ///< 0: the server's default (the system's).
   std::string out_dir = "retry_storm_out";
   std::string server_path;
@@ -252,6 +270,7 @@ void usage(std::FILE* out) {
       "  --server PATH         default: retry_storm_server next to this program\n"
       "  --server-arg ARG      passed to the server (repeatable)\n"
       "  --duration-s S        (swarm) how long to run, default 60\n"
+      "  --report-s S          (swarm) one line every S model seconds, default 1\n"
       "  --shape S             the fault: freeze (default: SIGSTOP), brownout (every delay x2),\n"
       "                        ratelimit (429 + Retry-After: 1 to 80 %%), partial (503 to 30 %%),\n"
       "                        refuse (listener closed: RST), blackhole (packets dropped; root:\n"
@@ -260,6 +279,9 @@ void usage(std::FILE* out) {
       "  --brownout-factor F   brownout: every delay times F (default 2: half the capacity)\n"
       "  --ramp-s S            wait: the breaker's ramp after closing, default 5\n"
       "  --wait-interval-s S   wait: how often a refused waiter asks again, default 0.2\n"
+      "  --max-in-flight N     every breaker's in-flight limit, default 50 (0: none)\n"
+      "  --consecutive-failures N  every breaker's run of failures that opens it, default 10\n"
+      "  --throttle-window-s S sre: the throttle's window, default 1\n"
       "  --processes N         a fleet: N client processes of --clients each, sharing nothing\n"
       "  --url URL             (swarm) the server\n"
       "  --no-plot             write the CSVs only\n"
@@ -306,6 +328,10 @@ options parse(int argc, char** argv, int first, mode what) {
               {"brownout-factor", true},
               {"ramp-s", true},
               {"wait-interval-s", true},
+              {"max-in-flight", true},
+              {"report-s", true},
+              {"consecutive-failures", true},
+              {"throttle-window-s", true},
               {"transport", true},
               {"metrics-port", true}},
              usage, [&](std::string_view a, const std::string& v) { given.emplace_back(a, v); });
@@ -381,6 +407,14 @@ options parse(int argc, char** argv, int first, mode what) {
       o.swarm.waiting.ramp_s = cli::number(a, v);
     else if (a == "wait-interval-s")
       o.swarm.waiting.retry_interval_s = cli::number(a, v, 0.001);
+    else if (a == "report-s")
+      o.report_s = cli::number(a, v, 0.01);
+    else if (a == "max-in-flight")
+      o.swarm.waiting.max_in_flight = static_cast<unsigned>(cli::whole(a, v, 0, 1000000));
+    else if (a == "consecutive-failures")
+      o.swarm.waiting.consecutive_failures = static_cast<unsigned>(cli::whole(a, v, 1, 1000000));
+    else if (a == "throttle-window-s")
+      o.swarm.waiting.throttle_window_s = cli::number(a, v, 0.001);
     else if (a == "brownout-factor")
       o.brownout_factor = cli::number(a, v, 1);
     else if (a == "processes")
@@ -551,36 +585,51 @@ std::string self_path() {
   return std::string(self, static_cast<std::size_t>(n));
 }
 
-/// Starts `retry_storm swarm ARGS...` with its stdout piped to the returned descriptor.
-int start_swarm_process(const std::vector<std::string>& swarm_args) {
-  int fds[2];
-  if (pipe(fds) != 0)
-    throw std::runtime_error("pipe failed");
-  const std::string path = self_path();
-  std::vector<std::string> args{path, "swarm"};
-  args.insert(args.end(), swarm_args.begin(), swarm_args.end());
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0)
-    throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(127);
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execv(path.c_str(), argv.data());
-    std::perror(path.c_str());
-    _exit(127);
-  }
-  close(fds[1]);
-  g_swarms.push_back(pid);
-  return fds[0];
+/// Starts fleet member `k`, a `retry_storm swarm` of `--clients` clients running `strategy`
+/// against `url` for `duration_s`, with the run's settings; returns its stdout.
+int start_swarm_process(const options& o, const std::string& url, const std::string& strategy,
+                        unsigned k, int duration_s) {
+  const auto g = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  const waiting_options& w = o.swarm.waiting;
+  const child_process c = spawn({self_path(),
+                                 "swarm",
+                                 "--url",
+                                 url,
+                                 "--strategy",
+                                 strategy,
+                                 "--clients",
+                                 std::to_string(o.swarm.clients),
+                                 "--think-s",
+                                 g(o.swarm.think_mean_s),
+                                 "--timeout-s",
+                                 g(o.swarm.timeout_s),
+                                 "--time-scale",
+                                 g(o.time_scale),
+                                 "--seed",
+                                 std::to_string(o.swarm.seed * 1000 + k),
+                                 "--duration-s",
+                                 std::to_string(duration_s),
+                                 "--transport",
+                                 o.swarm.transport == transport_kind::curl ? "curl" : "asio",
+                                 "--ramp-s",
+                                 g(w.ramp_s),
+                                 "--wait-interval-s",
+                                 g(w.retry_interval_s),
+                                 "--max-in-flight",
+                                 std::to_string(w.max_in_flight),
+                                 "--consecutive-failures",
+                                 std::to_string(w.consecutive_failures),
+                                 "--throttle-window-s",
+                                 g(w.throttle_window_s),
+                                 "--report-s",
+                                 "0.1"},
+                                false);
+  g_swarms.push_back(c.pid);
+  return c.out_fd;
 }
 
 /// One fleet member's per-second lines (`retry_storm swarm`'s output), added into `total`;
@@ -720,35 +769,7 @@ run_result run_strategy(const options& o, double outage_s, const std::string& st
     description = local->describe();
   } else {
     for (unsigned k = 0; k < o.processes; ++k) {
-      char scale[32], think[32], timeout[32], ramp[32], interval[32];
-      std::snprintf(ramp, sizeof ramp, "%g", o.swarm.waiting.ramp_s);
-      std::snprintf(interval, sizeof interval, "%g", o.swarm.waiting.retry_interval_s);
-      std::snprintf(scale, sizeof scale, "%g", o.time_scale);
-      std::snprintf(think, sizeof think, "%g", o.swarm.think_mean_s);
-      std::snprintf(timeout, sizeof timeout, "%g", o.swarm.timeout_s);
-      const int fd =
-          start_swarm_process({"--url",
-                               config.url,
-                               "--strategy",
-                               strategy,
-                               "--clients",
-                               std::to_string(o.swarm.clients),
-                               "--think-s",
-                               think,
-                               "--timeout-s",
-                               timeout,
-                               "--time-scale",
-                               scale,
-                               "--seed",
-                               std::to_string(o.swarm.seed * 1000 + k),
-                               "--duration-s",
-                               std::to_string(total_s + 1),
-                               "--transport",
-                               o.swarm.transport == transport_kind::curl ? "curl" : "asio",
-                               "--ramp-s",
-                               ramp,
-                               "--wait-interval-s",
-                               interval});
+      const int fd = start_swarm_process(o, config.url, strategy, k, total_s + 1);
       fleet_out.push_back(std::make_unique<asio::posix::stream_descriptor>(io, fd));
       asio::co_spawn(io, follow_swarm(*fleet_out.back(), fleet, fleet_gauges[k]), asio::detached);
     }
@@ -1174,9 +1195,11 @@ int run_swarm_only(const options& o) {
     asio::steady_timer timer(io);
     const auto start = clock_type::now();
     swarm_counters last = clients.counters();
-    const int total = static_cast<int>(std::lround(o.swarm_duration_s));
+    // Every --report-s (a fleet member reports every 0.1 s, so that the driver's sum of the
+    // fleet lags its one-second rows by no more than that).
+    const int total = static_cast<int>(std::lround(o.swarm_duration_s / o.report_s));
     for (int t = 1; t <= total; ++t) {
-      timer.expires_at(start + wall(o, t));
+      timer.expires_at(start + wall(o, t * o.report_s));
       co_await timer.async_wait(as_tuple);
       const swarm_counters& now = clients.counters();
       row r;

@@ -74,20 +74,23 @@ std::optional<coretry::backoff> strategy_backoff(std::string_view name, double t
   return std::nullopt;
 }
 
-shared_controls recommended_controls(double time_scale) {
+shared_controls recommended_controls(double time_scale, waiting_options w) {
   // Written as README.md shows it, every time through `at` so that a scaled run scales them.
   const auto at = [time_scale](std::chrono::nanoseconds d) { return scaled(d, time_scale); };
   shared_controls c;
-  // Stops sending after 5 failures in a row (or half the outcomes of the last 10 s failing),
+  // Stops sending after 10 failures in a row (or half the outcomes of the last 10 s failing),
   // then lets one probe through 1 s (+-20 %) after each failure; its success closes the breaker.
+  // At most 50 attempts without an answer (about 5 times what 1000 clients thinking 10 s keep in
+  // flight at 100 ms): what a server that stops answering receives before the breaker opens.
   c.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
-      .consecutive_failures = 5,
+      .consecutive_failures = w.consecutive_failures,
       .failure_ratio = 0.5,
       .minimum_throughput = 20,
       .window = at(10s),
       .break_duration = at(1s),
       .break_jitter = 0.2,
       .half_open_probes = 1,
+      .max_in_flight = w.max_in_flight,
   });
   // Retries within 10 % of the requests of the last 10 s, plus 1 a second.
   c.budget = std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
@@ -110,7 +113,7 @@ shared_controls waiting_controls(double time_scale, waiting_options w) {
   // at up to about 600 a second, which it serves at about 150 concurrent. With a 1 s ramp and
   // 100 ms they came within half a second and its concurrency reached 950 (docs/retry_storm.md).
   c.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
-      .consecutive_failures = 5,
+      .consecutive_failures = w.consecutive_failures,
       .failure_ratio = 0.5,
       .minimum_throughput = 20,
       .window = at(10s),
@@ -121,6 +124,7 @@ shared_controls waiting_controls(double time_scale, waiting_options w) {
           std::chrono::duration<double>(w.ramp_s))),
       .retry_interval = at(std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(w.retry_interval_s))),
+      .max_in_flight = w.max_in_flight,
   });
   c.when_open = coretry::on_open::wait;
   c.deadline = at(60s);
@@ -140,24 +144,30 @@ shared_controls strategy_controls(std::string_view name, double time_scale, wait
   if (name == "wait-budget") {
     // `wait` with the recommended retry budget kept: what the budget costs a waiting caller.
     c = waiting_controls(time_scale, w);
-    c.budget = recommended_controls(time_scale).budget;
+    c.budget = recommended_controls(time_scale, w).budget;
     return c;
   }
   if (name == "sre") {
-    // The SRE book's client-side throttling in place of the breaker, with the same budget.
-    c.budget = recommended_controls(time_scale).budget;
+    // The SRE book's client-side throttling in place of the breaker, with the same budget. The
+    // book counts over 2 minutes; a window that long remembers two minutes of accepts and lets a
+    // frozen server's queue fill for as long, and after a total outage the share it lets through
+    // grows by K per window, so the lab's is 1 s (--throttle-window-s; docs/retry_storm.md).
+    c.budget = recommended_controls(time_scale, w).budget;
     c.breaker = std::make_shared<coretry::adaptive_throttle>(coretry::adaptive_throttle_options{
         .k = 2.0,
-        .window = scaled(std::chrono::minutes(2), time_scale),
+        .window = scaled(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::duration<double>(w.throttle_window_s)),
+                         time_scale),
+        .window_buckets = 20,
     });
     return c;
   }
   if (name == "safe" || name == "adaptive")
-    c = recommended_controls(time_scale);
+    c = recommended_controls(time_scale, w);
   else if (name == "breaker")
-    c.breaker = recommended_controls(time_scale).breaker;
+    c.breaker = recommended_controls(time_scale, w).breaker;
   else if (name == "budget")
-    c.budget = recommended_controls(time_scale).budget;
+    c.budget = recommended_controls(time_scale, w).budget;
   if (name == "adaptive") {
     // The AWS SDKs' constants in model time. Rates r become r / s per real second and times t
     // become t * s, so the cubic's C (rate per s^3) becomes C / s^4.

@@ -64,15 +64,22 @@ struct shared_controls {
   std::string breaker_state() const;
 };
 
-/// The controls of the recommended policy (`safe`), at the article's time scale when
-/// `time_scale` is 1; README.md shows the same construction.
-shared_controls recommended_controls(double time_scale = 1.0);
-
 /// The waiting variant's settings, model seconds (`--ramp-s`, `--wait-interval-s`).
 struct waiting_options {
   double ramp_s = 5;             ///< `circuit_breaker_options::ramp`
   double retry_interval_s = 0.2; ///< `circuit_breaker_options::retry_interval`
+  /// `circuit_breaker_options::max_in_flight` of every breaker (`--max-in-flight`; 0: none).
+  unsigned max_in_flight = 50;
+  /// `circuit_breaker_options::consecutive_failures` of every breaker (`--consecutive-failures`).
+  unsigned consecutive_failures = 10;
+  /// `sre`'s `adaptive_throttle_options::window`, model seconds (`--throttle-window-s`).
+  double throttle_window_s = 1;
 };
+
+/// The controls of the recommended policy (`safe`), at the article's time scale when
+/// `time_scale` is 1; README.md shows the same construction. `w` gives the breaker's
+/// `max_in_flight` and `consecutive_failures`.
+shared_controls recommended_controls(double time_scale = 1.0, waiting_options w = {});
 
 /// The recommended breaker made to wait instead of failing (`wait`): a ramp, `on_open::wait`, a
 /// 60 s deadline per request, no budget.

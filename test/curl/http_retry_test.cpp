@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
+#include <coretry/breaker.hpp>
 #include <coretry/curl/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
 
@@ -701,4 +702,32 @@ TEST_CASE("an observer sees each HTTP attempt's method and status, labelled sche
   const std::string label = url.substr(0, url.find('/', std::string("http://").size()));
   CHECK(rec->lines == std::vector<std::string>{label + " GET 503 failure", "retry 1 hint 0",
                                                label + " GET 200 success", "end 2 ok"});
+}
+
+TEST_CASE("a 429 is retried but is no breaker failure; a 503 without Retry-After is one") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  auto closing = [](int status) {
+    auto a = http_action::with_status(status);
+    a.keep_alive = false;
+    return a;
+  };
+  for (int i = 0; i < 3; ++i)
+    server.push(closing(429));                     // no Retry-After: pushback_if
+  server.push(http_action::retry_after(503, "0")); // a hint of 0 s: no push-back, a failure
+  server.push(http_action::ok("finally"));
+  client c(io.get_executor());
+  auto breaker = std::make_shared<coretry::circuit_breaker>(
+      coretry::circuit_breaker_options{.consecutive_failures = 2, .seed = 1});
+  auto policy = fast_policy(6, 4ms);
+  policy.breaker = breaker;
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, get(server.url()), policy);
+  }());
+  CHECK(r.status == 200);
+  CHECK(breaker->pushbacks() == 3);
+  CHECK(breaker->failures() == 1);
+  CHECK(breaker->successes() == 1);
+  CHECK(breaker->times_opened() == 0);
 }

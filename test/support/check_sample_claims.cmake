@@ -10,7 +10,8 @@
 #   the thaw (model seconds), and its attempts per success over the outage and the watch after it
 #   are at most a fifth of `fixed`'s (a `fixed` run without a single success in that window counts
 #   as infinitely many). When the run has the waiting variant (`wait`, a 60 s deadline per
-#   request): not one of its requests failed, and it recovered within 2 s of the thaw.
+#   request): not one of its requests failed, it recovered within 2 s of the thaw, and neither
+#   its nor `safe`'s peak server concurrency passed twice the breakers' in-flight limit (100).
 # retry_storm_budget: while the server fails, `full` (no budget) sends at least twice as many
 #   attempts as requests; `budget` retries at most 10 % of the requests its 10 s window can hold
 #   (those of the failure and of the 10 s before it) plus its reserve of 1 a second over the
@@ -83,6 +84,15 @@ if(SAMPLE STREQUAL "retry_storm")
     elseif(wait_recovery_s GREATER 2)
       list(APPEND failures "the waiting variant took ${wait_recovery_s} s to recover (limit 2 s)")
     endif()
+    # The breakers' in-flight limit (50) bounds what the frozen server finds at the thaw, for
+    # the waiting variant as for `safe`: the limit, the steady traffic queued before the freeze
+    # and a probe or two, well under twice the limit.
+    foreach(s safe wait)
+      if(${s}_peak_concurrency GREATER 100)
+        list(APPEND failures "${s}'s peak server concurrency ${${s}_peak_concurrency} is above "
+                             "twice the in-flight limit (100)")
+      endif()
+    endforeach()
   endif()
 elseif(SAMPLE STREQUAL "retry_storm_budget")
   csv_row(strategy full full)

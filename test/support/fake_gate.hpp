@@ -25,6 +25,7 @@ struct fake_gate final : coretry::attempt_gate {
   void on_success(std::chrono::nanoseconds) noexcept override { log.push_back("success"); }
   void on_failure(std::chrono::nanoseconds) noexcept override { log.push_back("failure"); }
   void on_abandoned(std::chrono::nanoseconds) noexcept override { log.push_back("abandoned"); }
+  void on_pushback(std::chrono::nanoseconds) noexcept override { log.push_back("pushback"); }
   int count(const std::string& what) const {
     return static_cast<int>(std::count(log.begin(), log.end(), what));
   }

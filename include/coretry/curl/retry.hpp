@@ -139,6 +139,13 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
       return user(ec);
     return coretry::default_throttle_if(ec) || ec == errc::operation_timedout;
   };
+  // A 429 is the server pushing back, not failing: retried, but no failure for a breaker (a
+  // 429 or 503 with Retry-After is one already, by its hint).
+  p.pushback_if = [user = std::move(p.pushback_if), st](const std::error_code& ec) {
+    if (ec == coretry::errc::result_rejected && st->last_status == 429)
+      return true;
+    return user && user(ec);
+  };
   p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
     if (user) {
       if (e.error == coretry::errc::result_rejected && st->last_status != 0) {
@@ -232,7 +239,9 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 /// - With a breaker (the policy's, or the client's `resilience` registry's for the URL's
 ///   origin), a refused attempt ends the operation with `circuit_open_error` (code
 ///   `coretry::errc::circuit_open`) whether or not an attempt ran before; its
-///   `last_response()` holds the last retryable response, if any.
+///   `last_response()` holds the last retryable response, if any. A 429, and any answer with a
+///   valid `Retry-After`, is a push-back (`retry_policy::pushback_if`): retried, but no failure
+///   for the breaker.
 ///
 /// \returns the response. \throws std::invalid_argument at the call when `req.validate()` or
 /// `policy.validate()` does (or, with a registry, when the URL has no host or no port and a

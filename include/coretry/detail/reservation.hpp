@@ -41,6 +41,9 @@ enum class attempt_kind : std::uint8_t {
 struct attempt_class {
   attempt_kind kind = attempt_kind::success;
   bool throttled = false; ///< the sending rate hears `on_throttle` rather than `on_success`
+  /// A failure by which the upstream asked the client to slow down (`retry_policy::pushback_if`,
+  /// or a `Retry-After` hint): retried as a failure, but the breaker hears `on_pushback`.
+  bool pushback = false;
 };
 
 /// A breaker's grant: the attempt it let through, until its outcome is reported. Destroyed
@@ -65,8 +68,9 @@ public:
 
   explicit operator bool() const noexcept { return gate_ != nullptr; }
 
-  /// Reports how the attempt went: exactly one of the gate's three outcomes.
-  void report(attempt_kind k, nanoseconds now) noexcept {
+  /// Reports how the attempt went: exactly one of the gate's four outcomes (`pushback` turns a
+  /// failure into `on_pushback`).
+  void report(attempt_kind k, nanoseconds now, bool pushback = false) noexcept {
     attempt_gate* g = std::exchange(gate_, nullptr);
     if (!g)
       return;
@@ -76,7 +80,10 @@ public:
       g->on_success(now);
       break;
     case attempt_kind::failure:
-      g->on_failure(now);
+      if (pushback)
+        g->on_pushback(now);
+      else
+        g->on_failure(now);
       break;
     case attempt_kind::abandoned:
       g->on_abandoned(now);

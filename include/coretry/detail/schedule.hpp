@@ -109,15 +109,18 @@ public:
   /// again here, before the breaker (`errc::budget_exhausted` if it refuses).
   std::error_code begin_attempt(nanoseconds now, gate_grant& grant, retry_charge& charge) noexcept {
     gate_refused_ = false;
+    budget_refused_ = false;
     if (has_deadline() && now >= deadline_)
       return errc::deadline_exceeded;
     if (recharge_) {
-      recharge_ = false;
       if (p_.budget) {
-        if (!p_.budget->try_retry(now))
+        if (!p_.budget->try_retry(now)) {
+          budget_refused_ = true; // still a retry: under on_open::wait it asks again later
           return errc::budget_exhausted;
+        }
         charge = retry_charge(p_.budget.get(), now);
       }
+      recharge_ = false;
     }
     if (p_.breaker) {
       if (!p_.breaker->try_acquire(now)) {
@@ -144,7 +147,16 @@ public:
   /// does), or, when the breaker refused it and the policy waits (`on_open::wait`), sleep
   /// `delay` and ask again. A wait the gate cannot bound, or that would end at or after the
   /// deadline, stops at once with the gate's refusal.
-  verdict refused(errc why, nanoseconds now, const std::error_code& last) const noexcept {
+  ///
+  /// Under `on_open::wait` a retry the budget refused (asked again after a wait) waits too, for
+  /// `retry_budget::retry_after`, jittered.
+  verdict refused(errc why, nanoseconds now, const std::error_code& last) noexcept {
+    if (budget_refused_ && p_.when_open == on_open::wait) {
+      const nanoseconds wait = budget_wait(now);
+      if (wait == nanoseconds::zero())
+        return stop(why, last);
+      return {{}, {}, wait};
+    }
     if (!gate_refused_ || p_.when_open != on_open::wait)
       return stop(why, last);
     const nanoseconds wait = p_.breaker->retry_after(now);
@@ -180,10 +192,13 @@ public:
 
   /// The one verdict on an attempt that was sent: `ec` empty on success; `cut` when the deadline
   /// or the attempt timer cut it (a failure and a throttle, whatever `retry_if` says);
-  /// `abandoned` when the caller cancelled it or its outcome is lost. A predicate that throws
-  /// makes the attempt abandoned and its exception is stored in `thrown`.
+  /// `abandoned` when the caller cancelled it or its outcome is lost; `hint` the attempt's
+  /// `attempt_context::retry_after`. A retryable failure is a push-back (`attempt_class::pushback`)
+  /// when it carries a hint or `pushback_if` says so. A predicate that throws makes the attempt
+  /// abandoned and its exception is stored in `thrown`.
   attempt_class classify(const std::error_code& ec, bool cut, bool abandoned,
-                         std::exception_ptr& thrown) const noexcept {
+                         std::exception_ptr& thrown,
+                         nanoseconds hint = nanoseconds::zero()) const noexcept {
     if (abandoned)
       return {attempt_kind::abandoned, false};
     if (cut)
@@ -194,7 +209,9 @@ public:
       const bool failure = retryable(ec); // user predicates: they may throw
       const bool throttled =
           p_.rate_limit && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec));
-      return {failure ? attempt_kind::failure : attempt_kind::neutral, throttled};
+      const bool pushback =
+          failure && (hint > nanoseconds::zero() || (p_.pushback_if && p_.pushback_if(ec)));
+      return {failure ? attempt_kind::failure : attempt_kind::neutral, throttled, pushback};
     } catch (...) {
       thrown = std::current_exception();
       return {attempt_kind::abandoned, false};
@@ -205,7 +222,7 @@ public:
   /// rate (nothing for an abandoned attempt), the budget (a success, or a failed attempt of any
   /// kind; nothing for an abandoned one).
   void report(const attempt_class& c, gate_grant& grant, nanoseconds now) const noexcept {
-    grant.report(c.kind, now);
+    grant.report(c.kind, now, c.pushback);
     if (p_.rate_limit && c.kind != attempt_kind::abandoned) {
       if (c.throttled)
         p_.rate_limit->on_throttle(now);
@@ -255,10 +272,19 @@ public:
     delay = std::max(delay, end.hint);
     if (has_deadline() && (now >= deadline_ || delay >= deadline_ - now))
       return stop(errc::deadline_exceeded, ec);
-    // Last: a budget grants and spends in one step.
+    // Last: a budget grants and spends in one step. A caller that waits (on_open::wait) waits
+    // for a refusing budget too, and asks it again before the retry (`begin_attempt`).
     if (p_.budget) {
-      if (!p_.budget->try_retry(now))
-        return stop(errc::budget_exhausted, ec);
+      if (!p_.budget->try_retry(now)) {
+        if (p_.when_open != on_open::wait)
+          return stop(errc::budget_exhausted, ec);
+        const nanoseconds wait = budget_wait(now);
+        if (wait == nanoseconds::zero() ||
+            (has_deadline() && std::max(delay, wait) >= deadline_ - now))
+          return stop(errc::budget_exhausted, ec);
+        recharge_ = true;
+        return {{}, {}, std::max(delay, wait)};
+      }
       if (charge)
         *charge = retry_charge(p_.budget.get(), now);
     }
@@ -282,12 +308,32 @@ public:
   }
 
 private:
+  /// How long a retry the budget refused at `now` waits before asking again: the budget's
+  /// `retry_after` times a uniform draw in [1, 1.5), so that the waiters of one window do not
+  /// all ask at its edge; zero when the budget cannot say or the wait would reach the deadline.
+  nanoseconds budget_wait(nanoseconds now) noexcept {
+    const nanoseconds wait = p_.budget->retry_after(now);
+    if (wait == retry_budget::never || wait <= nanoseconds::zero())
+      return nanoseconds::zero();
+    if (!rng_)
+      rng_.emplace(p_.seed.next_stream());
+    const double u = rng_->uniform(1.0, 1.5);
+    const double scaled = static_cast<double>(wait.count()) * u;
+    const nanoseconds jittered = scaled >= static_cast<double>(nanoseconds::max().count())
+                                     ? nanoseconds::max()
+                                     : nanoseconds(static_cast<std::int64_t>(scaled));
+    if (has_deadline() && (now >= deadline_ || jittered >= deadline_ - now))
+      return nanoseconds::zero();
+    return jittered;
+  }
+
   const retry_policy& p_;
   nanoseconds deadline_;
   nanoseconds previous_;
   unsigned attempts_ = 0;
-  bool gate_refused_ = false; ///< the last `begin_attempt` was refused by the breaker
-  bool recharge_ = false;     ///< a retry's charge went back while it waited for the breaker
+  bool gate_refused_ = false;   ///< the last `begin_attempt` was refused by the breaker
+  bool recharge_ = false;       ///< a retry's charge went back while it waited for the breaker
+  bool budget_refused_ = false; ///< the last `begin_attempt` was refused by the budget
   now_fn now_;
   std::optional<fast_rng> rng_;
 };
