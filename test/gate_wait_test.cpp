@@ -455,7 +455,7 @@ TEST_CASE("wait: a retry the budget refuses waits for the window to slide instea
   p.budget = one_retry_per_second();
   p.when_open = on_open::wait;
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.completions == 1);
   CHECK(!r.error);
   CHECK(r.value == 4);
@@ -477,7 +477,7 @@ TEST_CASE("fail (the default): the same refusal ends the operation with budget_e
   retry_policy p{.max_attempts = 10, .backoff = coretry::backoff::fixed(10ms), .seed = 1};
   p.budget = one_retry_per_second();
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.error == refused);
   CHECK(stats.reason == coretry::errc::budget_exhausted);
   CHECK(stats.attempts == 2);
@@ -492,7 +492,7 @@ TEST_CASE("wait: a budget wait that would reach the deadline ends with budget_ex
   p.budget = one_retry_per_second();
   p.when_open = on_open::wait;
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(stats.reason == coretry::errc::budget_exhausted);
   CHECK(stats.attempts == 2);
   CHECK(r.at < 500ms);

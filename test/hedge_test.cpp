@@ -495,6 +495,7 @@ TEST_CASE("a breaker's refusal after a rejected result and a later failure retur
   CHECK(stats.reason == coretry::errc::circuit_open);
   CHECK(stats.last_error == refused);
   CHECK(r.value == 0); // not #1's 503
+  CHECK(stats.winner == 0); // no attempt's result is delivered
 }
 
 TEST_CASE("hedge_async in a coroutine: values, thrown errors, and the as_tuple form") {

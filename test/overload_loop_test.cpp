@@ -270,7 +270,7 @@ TEST_CASE("pushback_if marks errors without a hint as push-backs; others stay fa
   p.breaker = gate;
   p.pushback_if = [](const std::error_code& ec) { return ec == refused; };
   coretry::retry_stats stats;
-  const auto r = run(io, op, p, stats);
+  const auto r = run_retry(io, op, p, stats);
   CHECK(r.value == 3);
   CHECK(gate->log == std::vector<std::string>{"pushback", "failure", "success"});
 }

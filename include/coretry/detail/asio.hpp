@@ -127,6 +127,17 @@
 
 #endif
 
+// Asio 1.33 and later: the execution context's configuration (where the concurrency hint lives).
+#if CORETRY_ASIO_BOOST && __has_include(<boost/asio/config.hpp>)
+#include <boost/asio/config.hpp>
+#define CORETRY_ASIO_HAS_CONFIG 1
+#elif !CORETRY_ASIO_BOOST && __has_include(<asio/config.hpp>)
+#include <asio/config.hpp>
+#define CORETRY_ASIO_HAS_CONFIG 1
+#else
+#define CORETRY_ASIO_HAS_CONFIG 0
+#endif
+
 namespace coretry {
 
 #if CORETRY_ASIO_BOOST

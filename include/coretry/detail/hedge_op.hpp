@@ -223,6 +223,7 @@ public:
       rejected_by_ = sl.number;
     } else {
       last_rejected_.reset(); // an older rejected result is not the last attempt's
+      rejected_by_ = 0;       // and its attempt no winner
     }
     if (verdict_of.kind != attempt_kind::failure) {
       fail(out.error, out.error);

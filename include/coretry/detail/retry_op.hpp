@@ -157,8 +157,13 @@ template <class E> bool runs_on_one_thread(const E& ex) noexcept {
     return false; // serializing already (with_serializing_executor keeps it)
   } else if constexpr (asio::can_query<const E&, asio::execution::context_t>::value) {
     asio::execution_context& ctx = asio::query(ex, asio::execution::context);
+#if CORETRY_ASIO_HAS_CONFIG
+    // Asio 1.33 and later keep the hint in the context's configuration.
+    return asio::config(ctx).get("scheduler", "concurrency_hint", 0) == 1;
+#else
     return asio::has_service<asio::detail::scheduler>(ctx) &&
            asio::use_service<asio::detail::scheduler>(ctx).concurrency_hint() == 1;
+#endif
   } else {
     (void)ex;
     return false;
@@ -206,6 +211,9 @@ class retry_op final : public cancellation_registration,
       deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
   using shape = attempt_shape<Op>;
   using self_ptr = std::shared_ptr<retry_op>;
+  using handler_executor_type = asio::associated_executor_t<Handler, Executor>;
+  using handler_work_type = std::decay_t<decltype(asio::prefer(
+      std::declval<const handler_executor_type&>(), asio::execution::outstanding_work.tracked))>;
   static constexpr bool same_executor = std::is_same_v<Exec, Executor>;
 
 public:
@@ -213,6 +221,15 @@ public:
            retry_stats* stats, op_origin origin, bool controlled)
       : exec_(exec), io_ex_(keep_io_executor(io_ex)), handler_(std::move(h)), op_(std::move(op)),
         policy_(std::move(policy)), core_(policy_of(policy_), stats, std::move(origin)) {
+    // Until it completes, the operation keeps its handler's executor busy, as Asio's composed
+    // operations do: a handler bound to another context's executor keeps that context's run()
+    // from returning before the completion arrives.
+    auto hex = asio::get_associated_executor(*handler_, io_ex);
+    bool same = false;
+    if constexpr (std::is_same_v<handler_executor_type, Executor>)
+      same = hex == io_ex;
+    if (!same)
+      handler_work_.emplace(asio::prefer(hex, asio::execution::outstanding_work.tracked));
     if (controlled) {
       const retry_policy& p = policy_of(policy_);
       signal_ = std::make_unique<asio::cancellation_signal>();
@@ -270,6 +287,7 @@ private:
   /// the attempt's cancellation slot, as Asio's own composed operations bind theirs.
   struct attempt_handler {
     self_ptr s;
+    std::uint64_t seq; ///< the attempt it belongs to
     using executor_type = Exec;
     executor_type get_executor() const noexcept { return s->exec_; }
     using cancellation_slot_type = asio::cancellation_slot;
@@ -278,6 +296,8 @@ private:
     }
     template <class... A> void operator()(A&&... a) {
       retry_op& st = *s;
+      if (!st.attempt_live(seq))
+        return; // its initiating function threw after taking it: the attempt already ended
       if constexpr (!shape::awaits_void)
         shape::take(st.core_.result(), std::tuple<std::decay_t<A>...>(std::forward<A>(a)...));
       st.attempt_done(std::move(s));
@@ -286,6 +306,10 @@ private:
 
   bool cancelled() const noexcept {
     return cancelled_ || policy_of(policy_).cancellation.cancelled();
+  }
+  /// Whether attempt `seq` is still the one running, not yet ended.
+  bool attempt_live(std::uint64_t seq) const noexcept {
+    return in_attempt_ && attempt_seq_ == seq;
   }
 
   /// Posted by the initiation: link to the group (a cancellation emits from here on), then loop.
@@ -340,19 +364,29 @@ private:
       start_attempt(core_.attempt_limit());
     in_attempt_ = true;
     if constexpr (shape::template takes_handler<attempt_handler>) {
+      // An initiating function that throws ends its attempt with what it threw, unless the
+      // attempt has ended already (its handler ran inside it). A handler it had taken before
+      // throwing is ignored if it runs later: the attempt completes once either way.
+      const std::uint64_t seq = ++attempt_seq_;
       try {
-        shape::initiate(op_, core_.context(), attempt_handler{self});
+        shape::initiate(op_, core_.context(), attempt_handler{self, seq});
       } catch (const std::system_error& e) {
-        core_.result().error = e.code();
-        attempt_done(std::move(self));
+        if (attempt_live(seq)) {
+          core_.result().error = e.code();
+          attempt_done(std::move(self));
+        }
 #if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
       } catch (const asio_system_error& e) {
-        core_.result().error = e.code();
-        attempt_done(std::move(self));
+        if (attempt_live(seq)) {
+          core_.result().error = e.code();
+          attempt_done(std::move(self));
+        }
 #endif
       } catch (...) {
-        core_.result().exception = std::current_exception();
-        attempt_done(std::move(self));
+        if (attempt_live(seq)) {
+          core_.result().exception = std::current_exception();
+          attempt_done(std::move(self));
+        }
       }
     } else {
       // An awaitable attempt: its coroutine lives while it runs, and no longer.
@@ -423,6 +457,7 @@ private:
       user_slot.clear();
     auto ex = asio::get_associated_executor(h, io_executor());
     loop_result<T> r = std::move(core_.result());
+    [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
     asio::dispatch(
         ex, [h = std::move(h), r = std::move(r)]() mutable { Deliver::template deliver<T>(h, r); });
@@ -530,6 +565,7 @@ private:
   Exec exec_;
   [[no_unique_address]] std::conditional_t<same_executor, no_executor, Executor> io_ex_;
   std::optional<Handler> handler_;
+  std::optional<handler_work_type> handler_work_; ///< when the handler's executor is another
   Op op_;
   Policy policy_;
   loop_core<clock, T> core_;                          ///< refers to `policy_`
@@ -537,6 +573,7 @@ private:
   std::unique_ptr<asio::cancellation_signal> signal_; ///< controlled: bound to each attempt
   queue_type* deadlines_ = nullptr;                   ///< found at the first timed attempt
   std::uint64_t generation_ = 0;                      ///< of the timed attempt in flight
+  std::uint64_t attempt_seq_ = 0;                     ///< of the token attempt in flight
   bool running_ = false;
   bool timed_ = false;
   bool armed_ = false; ///< linked to the group, cancellable
