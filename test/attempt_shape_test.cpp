@@ -401,6 +401,59 @@ TEST_CASE("a token attempt that drops its handler ends the operation uncalled; n
   CHECK(watch.expired()); // the operation's state, and the handler in it, are gone
 }
 
+TEST_CASE("an initiating function that throws after taking its handler completes the attempt once") {
+  asio::io_context io;
+  std::function<void(error_code, int)> taken;
+  int started = 0;
+  int calls = 0;
+  std::error_code got;
+  int value = 0;
+  coretry::async_retry(
+      io.get_executor(),
+      [&](auto&& token) {
+        ++started;
+        if (started == 1) {
+          // Takes the handler (as an operation that queued it would), then throws.
+          (void)held_async{&taken}(std::forward<decltype(token)>(token));
+          throw std::system_error(refused);
+        }
+        return scripted_async{io, {}}(std::forward<decltype(token)>(token));
+      },
+      quick(3),
+      [&](error_code ec, int v) {
+        ++calls;
+        got = ec;
+        value = v;
+      });
+  io.poll();
+  REQUIRE(taken);
+  CHECK(started == 1); // the throw ended attempt 1; attempt 2 waits for its backoff
+  auto h = std::exchange(taken, {});
+  h(error_code{}, 99); // the handler it had taken runs late: ignored
+  io.restart();
+  io.run();
+  CHECK(calls == 1);
+  CHECK(started == 2);
+  CHECK(!got);
+  CHECK(value == 10); // attempt 2's result, not the stale 99
+}
+
+TEST_CASE("a handler bound to another io_context keeps that context's run() until it completes") {
+  asio::io_context io;      // where the operation runs
+  asio::io_context home(1); // where the handler wants to run
+  int calls = 0;
+  coretry::async_retry(io.get_executor(), scripted_async{io, {refused}}, quick(3),
+                       asio::bind_executor(home, [&](error_code ec, int) {
+                         CHECK(!ec);
+                         ++calls;
+                       }));
+  // Nothing has completed yet: home's run() must not return as if it had no work.
+  std::thread t([&] { io.run(); });
+  home.run(); // returns only once the handler has run there
+  t.join();
+  CHECK(calls == 1);
+}
+
 TEST_CASE("a one-thread io_context needs no strand; a cancel from another thread completes once") {
   for (const int hint : {1, -1}) {
     CAPTURE(hint);
