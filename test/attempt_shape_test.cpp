@@ -401,7 +401,8 @@ TEST_CASE("a token attempt that drops its handler ends the operation uncalled; n
   CHECK(watch.expired()); // the operation's state, and the handler in it, are gone
 }
 
-TEST_CASE("an initiating function that throws after taking its handler completes the attempt once") {
+TEST_CASE(
+    "an initiating function that throws after taking its handler completes the attempt once") {
   asio::io_context io;
   std::function<void(error_code, int)> taken;
   int started = 0;

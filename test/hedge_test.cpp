@@ -494,7 +494,7 @@ TEST_CASE("a breaker's refusal after a rejected result and a later failure retur
   CHECK(r.error == coretry::errc::circuit_open);
   CHECK(stats.reason == coretry::errc::circuit_open);
   CHECK(stats.last_error == refused);
-  CHECK(r.value == 0); // not #1's 503
+  CHECK(r.value == 0);      // not #1's 503
   CHECK(stats.winner == 0); // no attempt's result is delivered
 }
 

@@ -308,9 +308,7 @@ private:
     return cancelled_ || policy_of(policy_).cancellation.cancelled();
   }
   /// Whether attempt `seq` is still the one running, not yet ended.
-  bool attempt_live(std::uint64_t seq) const noexcept {
-    return in_attempt_ && attempt_seq_ == seq;
-  }
+  bool attempt_live(std::uint64_t seq) const noexcept { return in_attempt_ && attempt_seq_ == seq; }
 
   /// Posted by the initiation: link to the group (a cancellation emits from here on), then loop.
   void begin(self_ptr self) {
