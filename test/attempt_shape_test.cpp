@@ -384,6 +384,27 @@ TEST_CASE("a token attempt that ignores cancellation holds the operation until i
   CHECK(started == 1);
 }
 
+TEST_CASE("a timed-out attempt whose handler is held outside, released after the io_context died") {
+  // One-thread io_context: no strand, so nothing of Asio's own outlives the context with the
+  // state. The attempt timer fires (the deadline queue unlinks the state's entry), the attempt
+  // ignores the cancellation and keeps its handler outside any context; the context is
+  // destroyed, then the handler, and with it the operation's state: its destructor must touch
+  // no deadline queue (ASan: heap-use-after-free).
+  std::function<void(error_code, int)> held;
+  int calls = 0;
+  {
+    asio::io_context io(1);
+    auto policy = quick(3);
+    policy.attempt_timeout = 1ms;
+    coretry::async_retry(io.get_executor(), held_async{&held}, policy,
+                         [&](error_code, int) { ++calls; });
+    io.run_for(50ms);
+    REQUIRE(held);
+  }
+  held = nullptr; // the state dies here, after its context
+  CHECK(calls == 0);
+}
+
 TEST_CASE("a token attempt that drops its handler ends the operation uncalled; nothing leaks") {
   asio::io_context io;
   auto alive = std::make_shared<int>(0);
