@@ -97,6 +97,10 @@ void ratio_budget::refund(std::chrono::nanoseconds granted_at) noexcept {
 }
 
 std::chrono::nanoseconds ratio_budget::retry_after(std::chrono::nanoseconds now) noexcept {
+  // No request earns a retry and the reserve is less than one: no slide of the window can ever
+  // make room, so a waiting operation must stop rather than sleep for ever.
+  if (options_.ratio == 0 && reserve_ < 1)
+    return never;
   const std::chrono::nanoseconds width = options_.window / options_.buckets;
   const std::int64_t next = retries_->bucket(now) + 1;
   const std::int64_t edge = next > std::numeric_limits<std::int64_t>::max() / width.count()

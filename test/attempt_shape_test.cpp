@@ -268,6 +268,55 @@ TEST_CASE("a token attempt is timed out through its bound slot: errc::attempt_ti
   CHECK(manual_clock::pending() == 0);     // both waits were cancelled, none left behind
 }
 
+// Not fixed: the caller's slot handler (retry_op::launch) ignores the type it is emitted with
+// and the state emits terminal cancellation into the running attempt (and cancels a sleep)
+// whatever was asked. A `partial` or `total` request promises the caller a well-known state (no
+// side effects, for `total`); escalating it to `terminal` breaks that promise, where Asio's own
+// composed operations (default filter: terminal only) ignore it. The fix: keep the requested
+// type in `cancel(type)` and emit that type into the attempt (or filter it, as Asio does), and
+// say in docs/core.md which types the operation honours.
+// Tried: forwarding the type (`cancel(type)`, `signal_->emit(type)`) breaks cancellation_test's
+// "a bound cancellation slot stops the operation during an attempt", which asks that `partial`
+// and `total` stop a hanging awaitable attempt promptly: co_spawn's default filter passes only
+// `terminal` into it. The two contracts conflict; which one holds is the lead's call.
+TEST_CASE("a caller's partial or total cancellation is not escalated to terminal in the attempt" *
+          doctest::skip()) {
+  for (const auto type : {asio::cancellation_type::partial, asio::cancellation_type::total}) {
+    CAPTURE(static_cast<int>(type));
+    asio::io_context io;
+    asio::cancellation_signal signal;
+    std::vector<asio::cancellation_type> seen_types;
+    std::function<void(error_code, int)> held;
+    int calls = 0;
+    coretry::async_retry(
+        io.get_executor(),
+        [&](auto&& token) {
+          return asio::async_initiate<decltype(token), void(error_code, int)>(
+              [&](auto handler) {
+                auto slot = asio::get_associated_cancellation_slot(handler);
+                auto h = std::make_shared<decltype(handler)>(std::move(handler));
+                held = [h](error_code ec, int n) { std::move (*h)(ec, n); };
+                if (slot.is_connected())
+                  slot.assign([&](asio::cancellation_type t) { seen_types.push_back(t); });
+              },
+              token);
+        },
+        quick(3), asio::bind_cancellation_slot(signal.slot(), [&](error_code, int) { ++calls; }));
+    io.poll();
+    REQUIRE(held);
+    signal.emit(type);
+    io.restart();
+    io.poll();
+    for (const auto t : seen_types)
+      CHECK(t != asio::cancellation_type::terminal); // at most what the caller asked for
+    if (held)
+      std::exchange(held, nullptr)(error_code{}, 1);
+    io.restart();
+    io.poll();
+    CHECK(calls == 1);
+  }
+}
+
 TEST_CASE("a cancelled token attempt that completes with operation_aborted is cancelled") {
   manual_clock::reset();
   asio::io_context io;
@@ -382,6 +431,27 @@ TEST_CASE("a token attempt that ignores cancellation holds the operation until i
   CHECK(!got);
   CHECK(value == 7);
   CHECK(started == 1);
+}
+
+TEST_CASE("a timed-out attempt whose handler is held outside, released after the io_context died") {
+  // One-thread io_context: no strand, so nothing of Asio's own outlives the context with the
+  // state. The attempt timer fires (the deadline queue unlinks the state's entry), the attempt
+  // ignores the cancellation and keeps its handler outside any context; the context is
+  // destroyed, then the handler, and with it the operation's state: its destructor must touch
+  // no deadline queue (ASan: heap-use-after-free).
+  std::function<void(error_code, int)> held;
+  int calls = 0;
+  {
+    asio::io_context io(1);
+    auto policy = quick(3);
+    policy.attempt_timeout = 1ms;
+    coretry::async_retry(io.get_executor(), held_async{&held}, policy,
+                         [&](error_code, int) { ++calls; });
+    io.run_for(50ms);
+    REQUIRE(held);
+  }
+  held = nullptr; // the state dies here, after its context
+  CHECK(calls == 0);
 }
 
 TEST_CASE("a token attempt that drops its handler ends the operation uncalled; nothing leaks") {

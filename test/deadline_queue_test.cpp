@@ -159,6 +159,31 @@ TEST_CASE("deadline queue: a context destroyed with entries queued calls none of
   owners.clear(); // and the owners' destructors touch no queue that is gone
 }
 
+TEST_CASE("deadline queue: an owner that fired or was removed, dying after its context, touches "
+          "no queue") {
+  // The queue forgets only the entries it holds when the context shuts down; an entry that left
+  // it earlier (fired, or removed) must not keep pointing at it, or its owner's destructor, run
+  // after the context (and the queue) are gone, locks a destroyed mutex (ASan:
+  // heap-use-after-free).
+  manual_clock::reset();
+  auto fired = std::make_shared<owner<manual_queue>>(1);
+  auto removed = std::make_shared<owner<manual_queue>>(2);
+  {
+    asio::io_context io;
+    auto& q = manual_queue::of(io.get_executor());
+    q.push(*fired, manual_clock::now() + 10ms, 1);
+    q.push(*removed, manual_clock::now() + 20ms, 1);
+    CHECK(q.remove(*removed));
+    drain(io);
+    CHECK(fired->fired == 1);
+    CHECK(removed->fired == 0);
+  }
+  CHECK(static_cast<void*>(fired->queue) == nullptr);
+  CHECK(static_cast<void*>(removed->queue) == nullptr);
+  fired.reset(); // their destructors run after the queue died
+  removed.reset();
+}
+
 TEST_CASE("deadline queue: an emptied queue cancels its wait, so the context runs out of work") {
   asio::io_context io;
   auto& q = steady_queue::of(io.get_executor());

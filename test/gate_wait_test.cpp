@@ -504,3 +504,28 @@ TEST_CASE("ratio_budget::retry_after: until the next bucket's start") {
   CHECK(b->retry_after(1234ms) == 66ms);
   CHECK(b->retry_after(1300ms) == 100ms);
 }
+
+TEST_CASE("wait: a ratio_budget that can never grant a retry says never; the wait ends at once") {
+  // ratio 0 and a reserve below one retry per window: `try_retry` can never succeed, whatever
+  // traffic comes. A waiting operation must not sleep bucket after bucket until its deadline
+  // (or for ever, without one).
+  for (const double reserve : {0.0, 0.5}) {
+    CAPTURE(reserve);
+    auto b = std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
+        .ratio = 0, .min_retries_per_second = reserve, .window = 1s, .buckets = 10});
+    CHECK(b->retry_after(0ms) == coretry::retry_budget::never);
+    manual_clock::reset();
+    asio::io_context io;
+    scripted_op op{{fail(refused), succeed(4)}};
+    retry_policy p{
+        .max_attempts = 10, .deadline = 10s, .backoff = coretry::backoff::fixed(10ms), .seed = 1};
+    p.budget = b;
+    p.when_open = on_open::wait;
+    coretry::retry_stats stats;
+    const auto r = run_retry(io, op, p, stats);
+    CHECK(r.completions == 1);
+    CHECK(stats.reason == coretry::errc::budget_exhausted);
+    CHECK(stats.attempts == 1);
+    CHECK(r.at < 1s); // at once, not at the deadline
+  }
+}

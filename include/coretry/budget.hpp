@@ -126,7 +126,8 @@ public:
   /// Uncounts the retry granted at `granted_at`, if its bucket is still in the window.
   void refund(std::chrono::nanoseconds granted_at) noexcept override;
   /// Until the window next slides (the start of the next bucket), when its oldest retries leave
-  /// it.
+  /// it; `never` when no window can ever grant a retry (`ratio` 0 and a reserve of less than
+  /// one retry per window), so that a waiting operation stops at once.
   std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
 
   /// The options it was built with.

@@ -24,10 +24,12 @@
 // Lifetimes: an entry is never called once its owner is dying: `claim` takes a strong reference
 // under the lock (it fails once the owner's count reached zero), and the owner's destructor
 // unlinks the entry under the same lock. When the context shuts down the queue drops every
-// entry uncalled and destroys its timer; an owner that dies later finds itself unlinked.
+// entry uncalled and destroys its timer. An entry points at its queue only while queued, so an
+// owner that dies after the context (its entry due, removed or dropped before) touches nothing.
 
 #include <coretry/detail/asio.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +57,11 @@ template <class TimePoint> struct deadline_entry {
   TimePoint due{};
   std::uint64_t tag = 0;
   std::size_t slot = npos; ///< index in the heap, `npos` when not queued
-  void* queue = nullptr;   ///< the queue it was last pushed to, until that one shuts down
+  /// The queue holding it, while it is queued: cleared (under the queue's lock) whenever it
+  /// leaves the heap (removed, due, or dropped at shutdown), so that an owner dying after its
+  /// context never reaches a queue that is gone. Atomic: the owner's destructor reads it
+  /// without the lock while the timer's thread may be taking the entry off.
+  std::atomic<void*> queue{nullptr};
 
   static constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 };
@@ -95,7 +101,7 @@ public:
       return;
     e.due = due;
     e.tag = tag;
-    e.queue = this;
+    e.queue.store(this, std::memory_order_release);
     e.slot = heap_.size();
     heap_.push_back(&e);
     sift_up(e.slot);
@@ -117,8 +123,8 @@ public:
 
   /// `remove`, for an owner's destructor: touches no queue that shut down.
   static void forget(entry& e) noexcept {
-    if (e.queue)
-      static_cast<deadline_queue*>(e.queue)->remove(e);
+    if (void* q = e.queue.load(std::memory_order_acquire))
+      static_cast<deadline_queue*>(q)->remove(e);
   }
 
   /// Entries queued (for tests).
@@ -143,7 +149,7 @@ private:
     shut_down_ = true;
     for (entry* e : heap_) {
       e->slot = entry::npos;
-      e->queue = nullptr;
+      e->queue.store(nullptr, std::memory_order_release);
     }
     heap_.clear();
     heap_.shrink_to_fit();
@@ -228,6 +234,7 @@ private:
   void unlink(std::size_t i) noexcept {
     entry* gone = heap_[i];
     gone->slot = entry::npos;
+    gone->queue.store(nullptr, std::memory_order_release);
     entry* last = heap_.back();
     heap_.pop_back();
     if (gone == last)
