@@ -450,15 +450,18 @@ private:
     core_.finish();
     Handler h = std::move(*handler_);
     handler_.reset();
-    auto user_slot = asio::get_associated_cancellation_slot(h);
-    if (user_slot.is_connected())
-      user_slot.clear();
     auto ex = asio::get_associated_executor(h, io_executor());
     loop_result<T> r = std::move(core_.result());
     [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
-    asio::dispatch(
-        ex, [h = std::move(h), r = std::move(r)]() mutable { Deliver::template deliver<T>(h, r); });
+    // The caller's slot is cleared on the handler's executor, where the caller emits into it:
+    // clearing it here, on the operation's, would race with an emit on the caller's thread.
+    asio::dispatch(ex, [h = std::move(h), r = std::move(r)]() mutable {
+      auto user_slot = asio::get_associated_cancellation_slot(h);
+      if (user_slot.is_connected())
+        user_slot.clear();
+      Deliver::template deliver<T>(h, r);
+    });
   }
 
   static auto keep_io_executor(const Executor& ex) {
