@@ -384,6 +384,39 @@ TEST_CASE("the breaker hears exactly one outcome for each attempt it granted") {
   CHECK(gate->log == std::vector<std::string>{"failure", "success", "abandoned"});
 }
 
+TEST_CASE("a hedge's failure carrying Retry-After is a push-back for the breaker, not a failure") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<fake_gate>();
+  // #1 answers at once with a hint (a 429), #2 fails plainly, #3 with an error pushback_if
+  // names, #4 wins. The hint delays nothing: every attempt starts at 0.
+  int calls = 0;
+  auto op = [&](coretry::attempt_context& ctx) -> asio::awaitable<int> {
+    switch (++calls) {
+    case 1:
+      ctx.retry_after(1s);
+      throw std::system_error(refused);
+    case 2:
+      throw std::system_error(make_error_code(std::errc::connection_reset));
+    case 3:
+      throw std::system_error(make_error_code(std::errc::host_unreachable));
+    default:
+      co_return 4;
+    }
+  };
+  retry_policy p{.max_attempts = 4};
+  p.breaker = gate;
+  p.pushback_if = [](const std::error_code& ec) {
+    return ec == make_error_code(std::errc::host_unreachable);
+  };
+  hedge_stats stats;
+  const auto start = manual_clock::elapsed();
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 1}, stats);
+  CHECK(r.value == 4);
+  CHECK(manual_clock::elapsed() == start);
+  CHECK(gate->log == std::vector<std::string>{"pushback", "failure", "pushback", "success"});
+}
+
 TEST_CASE("each hedge is a retry for the budget") {
   manual_clock::reset();
   asio::io_context io;

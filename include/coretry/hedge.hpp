@@ -20,8 +20,10 @@
 /// retryable failure, `errc::attempt_timeout`), `retry_if` and `retry_if_result` (which failures
 /// are non-fatal), `budget`, `breaker`, `rate_limit`, `throttle_if`, `cancellation`, `report`,
 /// `observer` and `label` (the events of a hedge: observer.hpp).
-/// Not used: `backoff`, `seed`, `on_retry` (see `hedge_options::on_hedge`) and server hints
-/// (`attempt_context::retry_after`), since no attempt waits on another.
+/// Not used: `backoff`, `seed` and `on_retry` (see `hedge_options::on_hedge`). A server's hint
+/// (`attempt_context::retry_after`) delays no attempt, since no attempt waits on another, but it
+/// makes that failure a push-back for the breaker, as `pushback_if` does
+/// (`attempt_gate::on_pushback`).
 ///
 /// **Overload controls.** A hedge is a retry for the budget: `budget->on_request` once per
 /// operation, `budget->try_retry` before every attempt but the first (a refusal means no further

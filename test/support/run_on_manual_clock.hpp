@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <system_error>
+#include <type_traits>
 
 namespace coretry::test {
 
@@ -51,14 +52,19 @@ outcome run_retry(asio::io_context& io, Op& op, const retry_policy& p, retry_sta
   return o;
 }
 
-/// `async_hedge` of `op()` on `io` with manual timers, driven until idle by default (a hedge
-/// started after the completion would show).
+/// `async_hedge` of `op()` (or `op(attempt_context&)`) on `io` with manual timers, driven until
+/// idle by default (a hedge started after the completion would show).
 template <typename Op>
 outcome run_hedge(asio::io_context& io, Op& op, const retry_policy& p, const hedge_options& h,
                   hedge_stats& stats, drive_until until = drive_until::idle) {
   outcome o;
-  coretry::async_hedge<coretry::testing::manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, h, stats, record(o));
+  if constexpr (std::is_invocable_v<Op&, coretry::attempt_context&>)
+    coretry::async_hedge<coretry::testing::manual_timer>(
+        io.get_executor(), [&](coretry::attempt_context& ctx) { return op(ctx); }, p, h, stats,
+        record(o));
+  else
+    coretry::async_hedge<coretry::testing::manual_timer>(
+        io.get_executor(), [&] { return op(); }, p, h, stats, record(o));
   coretry::testing::drive(io, [&] { return o.completions > 0; });
   if (until == drive_until::idle)
     coretry::testing::drive(io, [] { return false; });
