@@ -23,6 +23,7 @@
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 
+#include <cassert>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -390,16 +391,21 @@ private:
       // An awaitable attempt: its coroutine lives while it runs, and no longer.
       const Exec ex = exec_;
       retry_op* raw = self.get();
-      if (signal_)
-        asio::co_spawn(ex, run_attempt(raw),
-                       asio::bind_cancellation_slot(signal_->slot(), attempt_done_handler{self}));
-      else
-        asio::co_spawn(ex, run_attempt(raw), attempt_done_handler{self});
+      asio::cancellation_slot slot = signal_ ? signal_->slot() : asio::cancellation_slot();
+      asio::co_spawn(ex, run_attempt(raw), attempt_done_handler{std::move(self), slot});
     }
   }
 
+  // The slot is a member, not `bind_cancellation_slot`, and there is no associated executor: so
+  // co_spawn, which runs the attempt on `Exec` already, emits into the attempt at once. For a
+  // handler with an executor of its own, Asio 1.22 (Boost 1.81) instead dispatches the emit and
+  // lets that deferred call reach into the slot's handler, which `attempt_done` has freed by
+  // then (TSan: heap-use-after-free). Emits reach it on `Exec` only (cancel, time_out).
   struct attempt_done_handler {
     self_ptr s;
+    asio::cancellation_slot slot{};
+    using cancellation_slot_type = asio::cancellation_slot;
+    cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
     void operator()(std::exception_ptr e) {
       retry_op& st = *s;
       if (e) // co_spawn could not run the attempt at all
@@ -507,6 +513,7 @@ private:
     asio::dispatch(ex, [s = self.shared_from_this(), g] { s->time_out(g); });
   }
   void time_out(std::uint64_t g) {
+    assert(on_exec());
     if (armed_ && in_attempt_ && generation_ == g && !cancelled_) {
       timed_out_ = true;
       signal_->emit(asio::cancellation_type::terminal);
@@ -515,7 +522,17 @@ private:
 
   // --- Cancellation, on `Exec`.
 
+  /// Whether this thread runs `Exec` now (for a strand; a one-thread context's executor is
+  /// taken on trust).
+  bool on_exec() const noexcept {
+    if constexpr (is_strand<Exec>::value)
+      return exec_.running_in_this_thread();
+    else
+      return true;
+  }
+
   void cancel() {
+    assert(on_exec());
     if (cancelled_)
       return;
     cancelled_ = true;
