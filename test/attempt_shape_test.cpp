@@ -689,23 +689,29 @@ struct allocator_run {
   int outstanding_at_completion = -1; ///< allocations not yet deallocated when the handler ran
 };
 
-template <class Timer, class Op, class Drive>
+/// A retry policy of 5 attempts with a fixed backoff.
+retry_policy fixed_backoff(std::chrono::nanoseconds d) {
+  return {.max_attempts = 5, .backoff = coretry::backoff::fixed(d)};
+}
+
+/// The handler `wrap` is given (it may bind a cancellation slot) is bound to the counting
+/// allocator and to a strand of `io`.
+template <class Timer, class Op, class Drive, class Wrap = std::identity>
 allocator_run run_with_counting_allocator(asio::io_context& io,
                                           const std::shared_ptr<allocation_counts>& counts, Op op,
-                                          std::chrono::nanoseconds backoff, Drive drive_io) {
+                                          retry_policy policy, Drive drive_io, Wrap wrap = {}) {
   allocator_run run;
   auto strand = asio::make_strand(io);
   coretry::async_retry<Timer>(
-      io.get_executor(), std::move(op),
-      retry_policy{.max_attempts = 5, .backoff = coretry::backoff::fixed(backoff)},
-      asio::bind_allocator(counting_allocator<void>(counts),
-                           asio::bind_executor(strand, [&run, counts](error_code ec, int v) {
-                             ++run.calls;
-                             run.error = ec;
-                             run.value = v;
-                             run.outstanding_at_completion =
-                                 counts->allocations - counts->deallocations;
-                           })));
+      io.get_executor(), std::move(op), std::move(policy),
+      wrap(asio::bind_allocator(counting_allocator<void>(counts),
+                                asio::bind_executor(strand, [&run, counts](error_code ec, int v) {
+                                  ++run.calls;
+                                  run.error = ec;
+                                  run.value = v;
+                                  run.outstanding_at_completion =
+                                      counts->allocations - counts->deallocations;
+                                }))));
   drive_io(run);
   return run;
 }
@@ -730,7 +736,8 @@ TEST_CASE("the handler's allocator serves async_retry's state, start, attempts, 
   SUBCASE("token attempt, manual clock") {
     manual_clock::reset();
     run = run_with_counting_allocator<manual_timer>(
-        io, counts, fails_twice_token(io, counts, started, ours), 10ms, [&](allocator_run& r) {
+        io, counts, fails_twice_token(io, counts, started, ours), fixed_backoff(10ms),
+        [&](allocator_run& r) {
           REQUIRE(drive(io, [&] { return r.calls > 0; }));
           drive(io, [] { return false; });
         });
@@ -742,7 +749,7 @@ TEST_CASE("the handler's allocator serves async_retry's state, start, attempts, 
   SUBCASE("awaitable attempt, manual clock") {
     manual_clock::reset();
     run = run_with_counting_allocator<manual_timer>(
-        io, counts, fails_twice_awaitable(started), 10ms, [&](allocator_run& r) {
+        io, counts, fails_twice_awaitable(started), fixed_backoff(10ms), [&](allocator_run& r) {
           REQUIRE(drive(io, [&] { return r.calls > 0; }));
           drive(io, [] { return false; });
         });
@@ -752,11 +759,29 @@ TEST_CASE("the handler's allocator serves async_retry's state, start, attempts, 
   }
   SUBCASE("token attempt, asio::steady_timer (1 µs sleeps)") {
     run = run_with_counting_allocator<asio::steady_timer>(
-        io, counts, fails_twice_token(io, counts, started, ours), 1us,
+        io, counts, fails_twice_token(io, counts, started, ours), fixed_backoff(1us),
         [&](allocator_run&) { io.run(); });
     CHECK(ours == 3);
     constexpr int attempt_posts = 3, sleeps = 2; // the wait's operation; completes in place
     expected = state + start + attempt_posts + sleeps + completion;
+  }
+
+  SUBCASE("token attempt, controlled (a group token, timed attempts): on a strand") {
+    manual_clock::reset();
+    coretry::cancellation_source source;
+    retry_policy p = fixed_backoff(10ms);
+    p.cancellation = source.token();
+    p.attempt_timeout = 1s;
+    run = run_with_counting_allocator<manual_timer>(
+        io, counts, fails_twice_token(io, counts, started, ours), p, [&](allocator_run& r) {
+          REQUIRE(drive(io, [&] { return r.calls > 0; }));
+          drive(io, [] { return false; });
+        });
+    CHECK(ours == 3);
+    // A post onto the idle strand from outside run() (the start, the two timer completions)
+    // also posts the strand's own scheduling handler to the io_context with that allocator.
+    constexpr int attempt_posts = 3, sleeps = 2 * 2, strand_scheduled = 3;
+    expected = state + start + attempt_posts + sleeps + completion + strand_scheduled;
   }
 
   CHECK(run.calls == 1);
@@ -767,6 +792,46 @@ TEST_CASE("the handler's allocator serves async_retry's state, start, attempts, 
   // is called (the state too: released before the completion is dispatched).
   CHECK(run.outstanding_at_completion == 0);
   CHECK(counts->allocations.load() == expected);
+  CHECK(counts->deallocations.load() == counts->allocations.load());
+  CHECK(counts->deallocated.load() == counts->allocated.load());
+}
+
+TEST_CASE("a cancellation through the handler's slot goes through the handler's allocator too") {
+  // Asleep after one failure; the caller's slot is emitted from outside the context's run(), so
+  // the hop onto the operation's strand queues; the timer's cancelled wait completes through a
+  // post.
+  manual_clock::reset();
+  auto counts = std::make_shared<allocation_counts>();
+  asio::io_context io;
+  asio::cancellation_signal cancel;
+  int started = 0;
+  int ours = 0;
+  const allocator_run run = run_with_counting_allocator<manual_timer>(
+      io, counts, fails_twice_token(io, counts, started, ours), fixed_backoff(1h),
+      [&](allocator_run& r) {
+        io.poll(); // the start, the attempt, its failure: asleep for an hour
+        REQUIRE(started == 1);
+        REQUIRE(manual_clock::pending() == 1);
+        const int before = counts->allocations;
+        cancel.emit(asio::cancellation_type::terminal);
+        // The hop onto the operation's idle strand, and the strand's scheduling of itself.
+        CHECK(counts->allocations.load() == before + 2);
+        REQUIRE(drive(io, [&] { return r.calls > 0; }));
+        drive(io, [] { return false; });
+      },
+      [&](auto handler) {
+        return asio::bind_cancellation_slot(cancel.slot(), std::move(handler));
+      });
+  CHECK(run.calls == 1);
+  CHECK(run.error == operation_aborted);
+  CHECK(started == 1);
+  CHECK(ours == 1);
+  CHECK(manual_clock::elapsed() == 0ms);
+  CHECK(run.outstanding_at_completion == 0);
+  // The state, the start (and the strand scheduling itself), the attempt's post, the wait and
+  // its cancelled completion's post, the cancellation's hop (and the strand scheduling itself),
+  // the completion.
+  CHECK(counts->allocations.load() == 9);
   CHECK(counts->deallocations.load() == counts->allocations.load());
   CHECK(counts->deallocated.load() == counts->allocated.load());
 }
