@@ -10,10 +10,12 @@
 #include <support/asio.hpp>
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <typeinfo>
@@ -598,4 +600,238 @@ TEST_CASE("hedge_async and async_hedge take token attempts; the losers are cance
   CHECK(started == 2);
   CHECK(manual_clock::elapsed() == 25ms);
   CHECK(manual_clock::pending() == 0);
+}
+
+namespace {
+
+/// What passes through a `counting_allocator` and all its copies and rebinds.
+struct allocation_counts {
+  std::atomic<int> allocations{0};
+  std::atomic<int> deallocations{0};
+  std::atomic<std::size_t> allocated{0};   ///< bytes
+  std::atomic<std::size_t> deallocated{0}; ///< bytes
+};
+
+/// An allocator that counts its calls into counters its copies share: a handler's allocator,
+/// as Asio hands it on to the intermediate handlers of a composed operation.
+template <class T> struct counting_allocator {
+  using value_type = T;
+  std::shared_ptr<allocation_counts> counts;
+
+  explicit counting_allocator(std::shared_ptr<allocation_counts> c) noexcept
+      : counts(std::move(c)) {}
+  template <class U>
+  counting_allocator(const counting_allocator<U>& other) noexcept : counts(other.counts) {}
+
+  T* allocate(std::size_t n) {
+    ++counts->allocations;
+    counts->allocated += n * sizeof(T);
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    ++counts->deallocations;
+    counts->deallocated += n * sizeof(T);
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U> bool operator==(const counting_allocator<U>& other) const noexcept {
+    return counts == other.counts;
+  }
+};
+
+/// Whether `a` is a copy of the counting allocator on `counts`.
+template <class A>
+bool counts_into(const A& a, const std::shared_ptr<allocation_counts>& counts) noexcept {
+  if constexpr (requires { a.counts; })
+    return a.counts == counts;
+  else
+    return false;
+}
+
+/// A token attempt that fails twice, then succeeds with 30; its intermediate memory (the post
+/// that completes it) comes from its handler's allocator, as with Asio's own operations.
+/// `ours` counts the attempts whose handler carried the counting allocator.
+auto fails_twice_token(asio::io_context& io, const std::shared_ptr<allocation_counts>& counts,
+                       int& started, int& ours) {
+  return [&io, counts, &started, &ours](auto&& token) {
+    const int n = ++started;
+    return asio::async_initiate<decltype(token), void(error_code, int)>(
+        [&io, counts, &ours, n](auto handler) {
+          const auto a = asio::get_associated_allocator(handler);
+          if (counts_into(a, counts))
+            ++ours;
+          const auto ex = asio::get_associated_executor(handler, io.get_executor());
+          asio::post(ex, asio::bind_allocator(a, [h = std::move(handler), n]() mutable {
+                       std::move(h)(
+                           coretry::detail::to_asio_error(n < 3 ? refused : std::error_code{}),
+                           n * 10);
+                     }));
+        },
+        token);
+  };
+}
+
+/// An awaitable attempt that fails twice, then succeeds with 30.
+auto fails_twice_awaitable(int& started) {
+  return [&started]() -> asio::awaitable<int> {
+    const int n = ++started;
+    if (n < 3)
+      throw std::system_error(refused);
+    co_return n * 10;
+  };
+}
+
+/// What the counting allocator saw over one async_retry of `op` on `io`, its handler bound to the
+/// counting allocator and to a strand of `io` (so that the completion's dispatch must queue).
+struct allocator_run {
+  int calls = 0;
+  std::error_code error;
+  int value = 0;
+  int outstanding_at_completion = -1; ///< allocations not yet deallocated when the handler ran
+};
+
+/// A retry policy of 5 attempts with a fixed backoff.
+retry_policy fixed_backoff(std::chrono::nanoseconds d) {
+  return {.max_attempts = 5, .backoff = coretry::backoff::fixed(d)};
+}
+
+/// The handler `wrap` is given (it may bind a cancellation slot) is bound to the counting
+/// allocator and to a strand of `io`.
+template <class Timer, class Op, class Drive, class Wrap = std::identity>
+allocator_run run_with_counting_allocator(asio::io_context& io,
+                                          const std::shared_ptr<allocation_counts>& counts, Op op,
+                                          retry_policy policy, Drive drive_io, Wrap wrap = {}) {
+  allocator_run run;
+  auto strand = asio::make_strand(io);
+  coretry::async_retry<Timer>(
+      io.get_executor(), std::move(op), std::move(policy),
+      wrap(asio::bind_allocator(counting_allocator<void>(counts),
+                                asio::bind_executor(strand, [&run, counts](error_code ec, int v) {
+                                  ++run.calls;
+                                  run.error = ec;
+                                  run.value = v;
+                                  run.outstanding_at_completion =
+                                      counts->allocations - counts->deallocations;
+                                }))));
+  drive_io(run);
+  return run;
+}
+
+} // namespace
+
+TEST_CASE("the handler's allocator serves async_retry's state, start, attempts, sleeps and "
+          "completion") {
+  // Two failures, two sleeps, one success. Each count below is what Asio (1.22, Boost 1.81's
+  // 1.26, 1.38) does with a handler's associated allocator: a post or a queued dispatch
+  // allocates its operation with it, as does a timer's wait (asio::steady_timer, and
+  // manual_timer, which posts its completion besides). co_spawn's own frame and completion do
+  // not use it (they never did, in any of these versions).
+  constexpr int state = 1, start = 1, completion = 1; // the completion queues on the strand
+  auto counts = std::make_shared<allocation_counts>();
+  asio::io_context io;
+  int started = 0;
+  int ours = 0;
+  int expected = 0;
+  allocator_run run;
+
+  SUBCASE("token attempt, manual clock") {
+    manual_clock::reset();
+    run = run_with_counting_allocator<manual_timer>(
+        io, counts, fails_twice_token(io, counts, started, ours), fixed_backoff(10ms),
+        [&](allocator_run& r) {
+          REQUIRE(drive(io, [&] { return r.calls > 0; }));
+          drive(io, [] { return false; });
+        });
+    CHECK(manual_clock::elapsed() == 20ms);
+    CHECK(ours == 3); // every attempt's handler carried it
+    constexpr int attempt_posts = 3, sleeps = 2 * 2;
+    expected = state + start + attempt_posts + sleeps + completion;
+  }
+  SUBCASE("awaitable attempt, manual clock") {
+    manual_clock::reset();
+    run = run_with_counting_allocator<manual_timer>(
+        io, counts, fails_twice_awaitable(started), fixed_backoff(10ms), [&](allocator_run& r) {
+          REQUIRE(drive(io, [&] { return r.calls > 0; }));
+          drive(io, [] { return false; });
+        });
+    CHECK(manual_clock::elapsed() == 20ms);
+    constexpr int sleeps = 2 * 2;
+    expected = state + start + sleeps + completion;
+  }
+  SUBCASE("token attempt, asio::steady_timer (1 µs sleeps)") {
+    run = run_with_counting_allocator<asio::steady_timer>(
+        io, counts, fails_twice_token(io, counts, started, ours), fixed_backoff(1us),
+        [&](allocator_run&) { io.run(); });
+    CHECK(ours == 3);
+    constexpr int attempt_posts = 3, sleeps = 2; // the wait's operation; completes in place
+    expected = state + start + attempt_posts + sleeps + completion;
+  }
+
+  SUBCASE("token attempt, controlled (a group token, timed attempts): on a strand") {
+    manual_clock::reset();
+    coretry::cancellation_source source;
+    retry_policy p = fixed_backoff(10ms);
+    p.cancellation = source.token();
+    p.attempt_timeout = 1s;
+    run = run_with_counting_allocator<manual_timer>(
+        io, counts, fails_twice_token(io, counts, started, ours), p, [&](allocator_run& r) {
+          REQUIRE(drive(io, [&] { return r.calls > 0; }));
+          drive(io, [] { return false; });
+        });
+    CHECK(ours == 3);
+    // A post onto the idle strand from outside run() (the start, the two timer completions)
+    // also posts the strand's own scheduling handler to the io_context with that allocator.
+    constexpr int attempt_posts = 3, sleeps = 2 * 2, strand_scheduled = 3;
+    expected = state + start + attempt_posts + sleeps + completion + strand_scheduled;
+  }
+
+  CHECK(run.calls == 1);
+  CHECK(!run.error);
+  CHECK(run.value == 30);
+  CHECK(started == 3);
+  // Asio's rule for a composed operation: its intermediate memory is freed before its handler
+  // is called (the state too: released before the completion is dispatched).
+  CHECK(run.outstanding_at_completion == 0);
+  CHECK(counts->allocations.load() == expected);
+  CHECK(counts->deallocations.load() == counts->allocations.load());
+  CHECK(counts->deallocated.load() == counts->allocated.load());
+}
+
+TEST_CASE("a cancellation through the handler's slot goes through the handler's allocator too") {
+  // Asleep after one failure; the caller's slot is emitted from outside the context's run(), so
+  // the hop onto the operation's strand queues; the timer's cancelled wait completes through a
+  // post.
+  manual_clock::reset();
+  auto counts = std::make_shared<allocation_counts>();
+  asio::io_context io;
+  asio::cancellation_signal cancel;
+  int started = 0;
+  int ours = 0;
+  const allocator_run run = run_with_counting_allocator<manual_timer>(
+      io, counts, fails_twice_token(io, counts, started, ours), fixed_backoff(1h),
+      [&](allocator_run& r) {
+        io.poll(); // the start, the attempt, its failure: asleep for an hour
+        REQUIRE(started == 1);
+        REQUIRE(manual_clock::pending() == 1);
+        const int before = counts->allocations;
+        cancel.emit(asio::cancellation_type::terminal);
+        // The hop onto the operation's idle strand, and the strand's scheduling of itself.
+        CHECK(counts->allocations.load() == before + 2);
+        REQUIRE(drive(io, [&] { return r.calls > 0; }));
+        drive(io, [] { return false; });
+      },
+      [&](auto handler) {
+        return asio::bind_cancellation_slot(cancel.slot(), std::move(handler));
+      });
+  CHECK(run.calls == 1);
+  CHECK(run.error == operation_aborted);
+  CHECK(started == 1);
+  CHECK(ours == 1);
+  CHECK(manual_clock::elapsed() == 0ms);
+  CHECK(run.outstanding_at_completion == 0);
+  // The state, the start (and the strand scheduling itself), the attempt's post, the wait and
+  // its cancelled completion's post, the cancellation's hop (and the strand scheduling itself),
+  // the completion.
+  CHECK(counts->allocations.load() == 9);
+  CHECK(counts->deallocations.load() == counts->allocations.load());
+  CHECK(counts->deallocated.load() == counts->allocated.load());
 }

@@ -215,13 +215,17 @@ class retry_op final : public cancellation_registration,
   using handler_executor_type = asio::associated_executor_t<Handler, Executor>;
   using handler_work_type = std::decay_t<decltype(asio::prefer(
       std::declval<const handler_executor_type&>(), asio::execution::outstanding_work.tracked))>;
+  /// The handler's associated allocator, which every intermediate handler carries (a copy each,
+  /// never a reference into the state: Asio may ask a handler for it after the state is gone).
+  using allocator_type = asio::associated_allocator_t<Handler>;
   static constexpr bool same_executor = std::is_same_v<Exec, Executor>;
 
 public:
   retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, Policy policy,
            retry_stats* stats, op_origin origin, bool controlled)
-      : exec_(exec), io_ex_(keep_io_executor(io_ex)), handler_(std::move(h)), op_(std::move(op)),
-        policy_(std::move(policy)), core_(policy_of(policy_), stats, std::move(origin)) {
+      : exec_(exec), io_ex_(keep_io_executor(io_ex)), alloc_(asio::get_associated_allocator(h)),
+        handler_(std::move(h)), op_(std::move(op)), policy_(std::move(policy)),
+        core_(policy_of(policy_), stats, std::move(origin)) {
     // Until it completes, the operation keeps its handler's executor busy, as Asio's composed
     // operations do: a handler bound to another context's executor keeps that context's run()
     // from returning before the completion arrives.
@@ -259,19 +263,23 @@ public:
       user_slot.assign([w = std::weak_ptr<retry_op>(s)](asio::cancellation_type) {
         if (auto st = w.lock()) {
           const Exec ex = st->exec_;
-          asio::dispatch(ex, [st = std::move(st)] { st->cancel(); });
+          const allocator_type a = st->alloc_;
+          asio::dispatch(ex, asio::bind_allocator(a, [st = std::move(st)] { st->cancel(); }));
         }
       });
     }
     const Exec ex = s->exec_;
-    asio::post(ex, resume{std::move(s)});
+    asio::post(ex, s->resumption(std::move(s)));
   }
 
 private:
-  /// The handler of a sleep (and of the posted start and zero-length sleeps): the state, and
-  /// nothing else. Runs on `Exec`, the timer's executor.
+  /// The handler of a sleep (and of the posted start and zero-length sleeps): the state and the
+  /// handler's allocator (nothing, for `std::allocator`). Runs on `Exec`, the timer's executor.
   struct resume {
+    using allocator_type = typename retry_op::allocator_type;
     self_ptr s;
+    [[no_unique_address]] allocator_type alloc;
+    allocator_type get_allocator() const noexcept { return alloc; }
     template <class... E> void operator()(E&&...) {
       retry_op& st = *s;
       if (!st.running_) {
@@ -284,11 +292,15 @@ private:
     }
   };
 
-  /// The completion handler of a token-based attempt: bound to the operation's executor and to
-  /// the attempt's cancellation slot, as Asio's own composed operations bind theirs.
+  /// The completion handler of a token-based attempt: bound to the operation's executor, to the
+  /// attempt's cancellation slot and to the handler's allocator, as Asio's own composed
+  /// operations bind theirs.
   struct attempt_handler {
+    using allocator_type = typename retry_op::allocator_type;
     self_ptr s;
     std::uint64_t seq; ///< the attempt it belongs to
+    [[no_unique_address]] allocator_type alloc;
+    allocator_type get_allocator() const noexcept { return alloc; }
     using executor_type = Exec;
     executor_type get_executor() const noexcept { return s->exec_; }
     using cancellation_slot_type = asio::cancellation_slot;
@@ -304,6 +316,8 @@ private:
       st.attempt_done(std::move(s));
     }
   };
+
+  resume resumption(self_ptr self) const noexcept { return {std::move(self), alloc_}; }
 
   bool cancelled() const noexcept {
     return cancelled_ || policy_of(policy_).cancellation.cancelled();
@@ -340,7 +354,7 @@ private:
     if (d == nanoseconds::zero()) {
       // An expired timer would cost a timerfd round trip; a post yields just as well.
       const Exec ex = exec_;
-      asio::post(ex, resume{std::move(self)});
+      asio::post(ex, resumption(std::move(self)));
       return;
     }
     if (cancelled_)
@@ -350,7 +364,7 @@ private:
         timer_.emplace(exec_);
       timer_->expires_after(std::chrono::ceil<typename clock::duration>(d));
       // Not bound to any slot: a cancellation cancels the timer itself (`cancel`).
-      timer_->async_wait(resume{self});
+      timer_->async_wait(resumption(self));
       sleeping_ = true;
     } catch (...) {
       core_.thrown(std::current_exception());
@@ -368,7 +382,7 @@ private:
       // throwing is ignored if it runs later: the attempt completes once either way.
       const std::uint64_t seq = ++attempt_seq_;
       try {
-        shape::initiate(op_, core_.context(), attempt_handler{self, seq});
+        shape::initiate(op_, core_.context(), attempt_handler{self, seq, alloc_});
       } catch (const std::system_error& e) {
         if (attempt_live(seq)) {
           core_.result().error = e.code();
@@ -391,8 +405,10 @@ private:
       // An awaitable attempt: its coroutine lives while it runs, and no longer.
       const Exec ex = exec_;
       retry_op* raw = self.get();
+      // co_spawn itself (1.22 to 1.38) does not use its handler's allocator; the handler carries
+      // it all the same, for whatever does.
       asio::cancellation_slot slot = signal_ ? signal_->slot() : asio::cancellation_slot();
-      asio::co_spawn(ex, run_attempt(raw), attempt_done_handler{std::move(self), slot});
+      asio::co_spawn(ex, run_attempt(raw), attempt_done_handler{std::move(self), slot, alloc_});
     }
   }
 
@@ -402,10 +418,13 @@ private:
   // lets that deferred call reach into the slot's handler, which `attempt_done` has freed by
   // then (TSan: heap-use-after-free). Emits reach it on `Exec` only (cancel, time_out).
   struct attempt_done_handler {
+    using allocator_type = typename retry_op::allocator_type;
     self_ptr s;
     asio::cancellation_slot slot{};
+    [[no_unique_address]] allocator_type alloc;
     using cancellation_slot_type = asio::cancellation_slot;
     cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
+    allocator_type get_allocator() const noexcept { return alloc; }
     void operator()(std::exception_ptr e) {
       retry_op& st = *s;
       if (e) // co_spawn could not run the attempt at all
@@ -457,17 +476,18 @@ private:
     Handler h = std::move(*handler_);
     handler_.reset();
     auto ex = asio::get_associated_executor(h, io_executor());
+    const allocator_type alloc = alloc_; // a copy: the state may die below
     loop_result<T> r = std::move(core_.result());
     [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
     // The caller's slot is cleared on the handler's executor, where the caller emits into it:
     // clearing it here, on the operation's, would race with an emit on the caller's thread.
-    asio::dispatch(ex, [h = std::move(h), r = std::move(r)]() mutable {
-      auto user_slot = asio::get_associated_cancellation_slot(h);
-      if (user_slot.is_connected())
-        user_slot.clear();
-      Deliver::template deliver<T>(h, r);
-    });
+    asio::dispatch(ex, asio::bind_allocator(alloc, [h = std::move(h), r = std::move(r)]() mutable {
+                     auto user_slot = asio::get_associated_cancellation_slot(h);
+                     if (user_slot.is_connected())
+                       user_slot.clear();
+                     Deliver::template deliver<T>(h, r);
+                   }));
   }
 
   static auto keep_io_executor(const Executor& ex) {
@@ -510,7 +530,8 @@ private:
   static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
     auto& self = static_cast<retry_op&>(e);
     const Exec ex = self.exec_;
-    asio::dispatch(ex, [s = self.shared_from_this(), g] { s->time_out(g); });
+    asio::dispatch(ex, asio::bind_allocator(self.alloc_,
+                                            [s = self.shared_from_this(), g] { s->time_out(g); }));
   }
   void time_out(std::uint64_t g) {
     assert(on_exec());
@@ -551,10 +572,10 @@ private:
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<retry_op&>(r);
     const Exec ex = self.exec_;
-    asio::post(ex, [w = self.weak_from_this()] {
-      if (auto s = w.lock())
-        s->cancel();
-    });
+    asio::post(ex, asio::bind_allocator(self.alloc_, [w = self.weak_from_this()] {
+                 if (auto s = w.lock())
+                   s->cancel();
+               }));
   }
 
   // Batched group notices (cancellation.hpp): one handler per execution context enters each
@@ -572,16 +593,17 @@ private:
       self.cancel(); // on the one thread of the operation's context, the state pinned
     } else {
       const Exec ex = self.exec_;
-      asio::dispatch(ex, [w = self.weak_from_this()] {
-        if (auto s = w.lock())
-          s->cancel();
-      });
+      asio::dispatch(ex, asio::bind_allocator(self.alloc_, [w = self.weak_from_this()] {
+                       if (auto s = w.lock())
+                         s->cancel();
+                     }));
     }
   }
   static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
 
   Exec exec_;
   [[no_unique_address]] std::conditional_t<same_executor, no_executor, Executor> io_ex_;
+  [[no_unique_address]] allocator_type alloc_; ///< the handler's: for every intermediate handler
   std::optional<Handler> handler_;
   std::optional<handler_work_type> handler_work_; ///< when the handler's executor is another
   Op op_;

@@ -254,9 +254,10 @@ private:
       if (!from_slot && slot.is_connected())
         slot.clear();
       auto ex = asio::get_associated_executor(handler, executor);
-      asio::post(ex, [h = std::move(handler), ec]() mutable {
-        std::move(h)(coretry::detail::to_asio_error(ec));
-      });
+      const auto alloc = asio::get_associated_allocator(handler);
+      asio::post(ex, asio::bind_allocator(alloc, [h = std::move(handler), ec]() mutable {
+                   std::move(h)(coretry::detail::to_asio_error(ec));
+                 }));
     }
     Handler handler;
     Executor executor;
@@ -273,7 +274,11 @@ private:
     auto slot = asio::get_associated_cancellation_slot(handler);
     asio::execution_context& ctx = context_of(executor_);
     asio::use_service<manual_clock_service>(ctx);
-    auto op = std::make_shared<wait_op<Handler>>(std::move(handler), executor_);
+    // The wait's memory comes from the handler's associated allocator, as an Asio timer's does.
+    using alloc_type = typename std::allocator_traits<
+        asio::associated_allocator_t<Handler>>::template rebind_alloc<wait_op<Handler>>;
+    const alloc_type alloc(asio::get_associated_allocator(handler));
+    auto op = std::allocate_shared<wait_op<Handler>>(alloc, std::move(handler), executor_);
     op->owner = this;
     op->context = &ctx;
     manual_clock::enqueue(expiry_, op);
