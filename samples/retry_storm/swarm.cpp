@@ -342,7 +342,9 @@ swarm::~swarm() = default;
 
 std::string swarm::describe() const {
   std::string d = config_.strategy + ": " + backoff_.to_string();
-  if (controls_.breaker)
+  if (std::dynamic_pointer_cast<coretry::adaptive_throttle>(controls_.breaker))
+    d += " + adaptive throttle";
+  else if (controls_.breaker)
     d += " + circuit breaker";
   if (controls_.budget)
     d += " + retry budget";
