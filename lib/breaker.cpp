@@ -353,8 +353,18 @@ void circuit_breaker::isolate(nanoseconds now) noexcept {
 }
 
 void circuit_breaker::reset(nanoseconds now) noexcept {
-  const std::uint64_t w =
-      word_.exchange(make_word(breaker_state::closed, 0), std::memory_order_acq_rel);
+  std::uint64_t w = word_.load(std::memory_order_acquire);
+  for (;;) {
+    // Closing from open, half-open or isolated starts the ramp afresh, as a probe's closing
+    // does: stamped before the word is, so that no attempt sees the breaker closed with an
+    // older closing time (one that would skip the ramp, or resume an older one). A closed
+    // breaker keeps its ramp.
+    if (state_of(w) != breaker_state::closed)
+      closed_at_.store(now.count(), std::memory_order_release);
+    if (word_.compare_exchange_weak(w, make_word(breaker_state::closed, 0),
+                                    std::memory_order_acq_rel, std::memory_order_acquire))
+      break;
+  }
   if (state_of(w) != breaker_state::closed) {
     transition(state_of(w), breaker_state::closed, now); // clears the window
   } else {

@@ -28,6 +28,12 @@ void retry_policy::validate() const {
   if (max_retry_after <= nanoseconds::zero())
     throw std::invalid_argument("coretry::retry_policy: max_retry_after = " +
                                 std::to_string(max_retry_after.count()) + "ns (must be positive)");
+  if (detail::is_registry_placeholder(breaker.get()))
+    throw std::invalid_argument(
+        "coretry::retry_policy: breaker = the placeholder of presets::overload_safe_per_endpoint() "
+        "(the policy needs an endpoint_registry with a breaker to supply each endpoint's own: "
+        "curl::client_options::resilience, or endpoint_registry::apply; for one upstream use "
+        "presets::overload_safe())");
   if (when_open != on_open::fail && when_open != on_open::wait)
     throw std::invalid_argument(
         "coretry::retry_policy: when_open = " + std::to_string(static_cast<int>(when_open)) +

@@ -34,14 +34,41 @@ ratio_budget_options overload_safe_budget() {
   return ratio_budget_options{.ratio = 0.1, .min_retries_per_second = 1, .window = 10s};
 }
 
-retry_policy overload_safe_per_endpoint(nanoseconds attempt_timeout) {
-  retry_policy p{.max_attempts = no_limit, .attempt_timeout = attempt_timeout};
-  p.validate();
+namespace {
+// Fails fast on its own: a deadline bounds the whole call, and the backoff's cap is the break
+// (1 s), so that no sleep outlasts the breaker's and an open breaker is asked again, as a probe,
+// within about a break rather than after up to 32 s.
+retry_policy overload_safe_base(nanoseconds attempt_timeout, nanoseconds deadline) {
+  retry_policy p{
+      .max_attempts = no_limit,
+      .deadline = deadline,
+      .attempt_timeout = attempt_timeout,
+      .backoff = backoff::exponential(100ms, 2.0, overload_safe_breaker().break_duration)
+                     .with_jitter(jitter::full()),
+  };
+  p.validate(); // names a non-positive attempt_timeout or deadline
   return p;
 }
 
-retry_policy overload_safe(nanoseconds attempt_timeout) {
-  retry_policy p = overload_safe_per_endpoint(attempt_timeout);
+/// Refuses every attempt: it stands for the breaker an endpoint_registry supplies.
+class placeholder_gate final : public attempt_gate {
+public:
+  bool try_acquire(nanoseconds) noexcept override { return false; }
+  void on_success(nanoseconds) noexcept override {}
+  void on_failure(nanoseconds) noexcept override {}
+  void on_abandoned(nanoseconds) noexcept override {}
+  nanoseconds retry_after(nanoseconds) noexcept override { return never; }
+};
+} // namespace
+
+retry_policy overload_safe_per_endpoint(nanoseconds attempt_timeout, nanoseconds deadline) {
+  retry_policy p = overload_safe_base(attempt_timeout, deadline);
+  p.breaker = detail::registry_placeholder();
+  return p;
+}
+
+retry_policy overload_safe(nanoseconds attempt_timeout, nanoseconds deadline) {
+  retry_policy p = overload_safe_base(attempt_timeout, deadline);
   p.budget = std::make_shared<ratio_budget>(overload_safe_budget());
   p.breaker = std::make_shared<circuit_breaker>(overload_safe_breaker());
   return p;
@@ -79,3 +106,16 @@ retry_policy cloud_storage(nanoseconds max_backoff, nanoseconds deadline) {
 }
 
 } // namespace coretry::presets
+
+namespace coretry::detail {
+
+std::shared_ptr<attempt_gate> registry_placeholder() {
+  static const std::shared_ptr<attempt_gate> gate = std::make_shared<presets::placeholder_gate>();
+  return gate;
+}
+
+bool is_registry_placeholder(const attempt_gate* g) noexcept {
+  return g != nullptr && dynamic_cast<const presets::placeholder_gate*>(g) != nullptr;
+}
+
+} // namespace coretry::detail

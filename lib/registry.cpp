@@ -303,7 +303,8 @@ void endpoint_registry::apply(retry_policy& p, const endpoint& e) {
 void endpoint_registry::apply(retry_policy& p, const endpoint& e, nanoseconds now) {
   const std::shared_ptr<const resilience_entry> entry = get(e, now);
   // Aliasing pointers: each shares the entry's ownership, so the entry counts as held.
-  if (!p.breaker && entry->breaker)
+  // A preset's placeholder (presets::overload_safe_per_endpoint) asks for the entry's breaker.
+  if ((!p.breaker || detail::is_registry_placeholder(p.breaker.get())) && entry->breaker)
     p.breaker = std::shared_ptr<attempt_gate>(entry, entry->breaker.get());
   if (!p.budget && entry->budget)
     p.budget = std::shared_ptr<retry_budget>(entry, entry->budget.get());

@@ -208,7 +208,8 @@ TEST_CASE("presets are ordinary policies a caller can adjust") {
   safe.validate();
   CHECK(coretry::presets::overload_safe_breaker().consecutive_failures == 10);
   CHECK(coretry::presets::overload_safe_budget().ratio == 0.1);
-  CHECK(!coretry::presets::overload_safe_per_endpoint().breaker);
+  // Without a registry it holds a placeholder breaker, which validate() refuses.
+  CHECK_THROWS_AS(coretry::presets::overload_safe_per_endpoint().validate(), std::invalid_argument);
 
   const auto forever = coretry::presets::retry_forever(30s);
   CHECK(forever.max_attempts == std::numeric_limits<unsigned>::max());

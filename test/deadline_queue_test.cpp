@@ -269,3 +269,80 @@ TEST_CASE("deadline queue: entries pushed and removed from several threads fire 
       if (const auto& o = owners[std::size_t(t)][std::size_t(i)])
         CHECK(o->fired == (removed[std::size_t(t)][std::size_t(i)] ? 0 : 1));
 }
+
+namespace {
+
+// For the test below: what the timer's claim saw (statics: `claim` is a plain function).
+std::atomic<int> claim_phase{0};
+std::atomic<bool> owner_destroyed{false};
+std::atomic<bool> freed_under_claim{false};
+
+/// An owner whose `claim` takes its time: it waits until the test has dropped the last
+/// reference, then long enough for a destructor that does not wait to have finished.
+struct slow_claim_owner final : steady_queue::entry,
+                                std::enable_shared_from_this<slow_claim_owner> {
+  slow_claim_owner() {
+    this->claim = [](steady_queue::entry& e) noexcept -> std::shared_ptr<void> {
+      std::weak_ptr<slow_claim_owner> w = static_cast<slow_claim_owner&>(e).weak_from_this();
+      claim_phase.store(1);
+      while (claim_phase.load() < 2)
+        std::this_thread::yield();
+      std::this_thread::sleep_for(100ms);
+      if (owner_destroyed.load())
+        freed_under_claim.store(true);
+      return w.lock();
+    };
+    this->fire = [](steady_queue::entry&, std::uint64_t) noexcept { claim_phase.store(3); };
+  }
+  ~slow_claim_owner() {
+    steady_queue::forget(*this);
+    owner_destroyed.store(true);
+  }
+};
+
+} // namespace
+
+TEST_CASE("deadline queue: an owner dying while the timer claims its entry waits for the claim") {
+  // Issue 32, finding 18: the entry was unlinked (published as not queued) before `claim` ran,
+  // so an owner dying then skipped the queue's lock and freed the entry under the claim.
+  claim_phase = 0;
+  owner_destroyed = false;
+  freed_under_claim = false;
+  asio::io_context io(1);
+  auto& q = steady_queue::of(io.get_executor());
+  auto o = std::make_shared<slow_claim_owner>();
+  q.push(*o, std::chrono::steady_clock::now(), 1);
+  std::thread runner([&] { io.run(); });
+  while (claim_phase.load() < 1)
+    std::this_thread::yield();
+  claim_phase.store(2);
+  o.reset(); // the last reference, while the timer's thread is inside `claim`
+  runner.join();
+  CHECK(owner_destroyed.load());
+  CHECK_FALSE(freed_under_claim.load());
+  CHECK(claim_phase.load() == 2); // claimed by nobody: never fired
+  CHECK(q.size() == 0);
+}
+
+TEST_CASE("deadline queue: a wait dropped by manual_clock::reset() is armed afresh by the next push") {
+  // Issue 32, finding 15: reset() destroys the queue's pending wait uncalled; the queue went on
+  // believing it waited until the old instant, so a later deadline at or after it never fired.
+  manual_clock::reset();
+  asio::io_context io;
+  auto& q = manual_queue::of(io.get_executor());
+  manual_clock::advance(100s);
+  auto a = std::make_shared<owner<manual_queue>>(1);
+  q.push(*a, manual_clock::now() + 1s, 1); // armed for 101 s
+  CHECK(q.remove(*a));
+  CHECK(manual_clock::pending() == 1);
+  manual_clock::reset(); // the clock back to 0, the wait dropped
+  CHECK(manual_clock::pending() == 0);
+  CHECK_FALSE(q.waiting());
+  auto b = std::make_shared<owner<manual_queue>>(2);
+  q.push(*b, manual_clock::now() + 200s, 2); // later than the stale 101 s
+  CHECK(manual_clock::pending() == 1);
+  drain(io);
+  CHECK(b->fired == 1);
+  CHECK(b->last_tag == 2);
+  CHECK(a->fired == 0);
+}

@@ -113,7 +113,7 @@ struct circuit_breaker_options {
 /// - **isolated** (manual control, as Polly's `Isolate` and resilience4j's forced-open state):
 ///   `isolate(now)` refuses every attempt, whatever the outcomes and the time, until
 ///   `reset(now)`; `reset(now)` closes the breaker from any state with its window and run of
-///   failures cleared. Both call `on_transition` when the state changes (`reset` of a closed
+///   failures cleared, and the ramp started afresh. Both call `on_transition` when the state changes (`reset` of a closed
 ///   breaker only clears the counts). Outcomes of attempts granted before an isolation count for
 ///   nothing but the totals.
 ///
@@ -154,7 +154,10 @@ public:
   void isolate(std::chrono::nanoseconds now) noexcept;
   /// Closes the breaker from any state (isolated included), with an empty window and run of
   /// failures; probes in flight are forgotten (their outcomes then count as a closed breaker's).
-  /// Calls `on_transition(from, closed, now)` unless it was closed already.
+  /// Closing from another state starts the `ramp` at `now`, as a probe's closing does, so an
+  /// operator's reset after an isolation does not release every waiter at once. Calls
+  /// `on_transition(from, closed, now)` unless it was closed already (a closed breaker keeps its
+  /// ramp).
   void reset(std::chrono::nanoseconds now) noexcept;
 
   /// The current state.

@@ -14,6 +14,7 @@
 #include <coretry/export.hpp>
 
 #include <chrono>
+#include <memory>
 
 namespace coretry {
 
@@ -88,5 +89,14 @@ public:
   /// The attempt ended otherwise, cancellation excepted.
   virtual void on_success(std::chrono::nanoseconds now) noexcept = 0;
 };
+
+namespace detail {
+/// The breaker of `presets::overload_safe_per_endpoint()` until an `endpoint_registry` puts the
+/// endpoint's own in its place (`endpoint_registry::apply`); `retry_policy::validate` refuses a
+/// policy that still holds it, so that the preset never runs without its breaker and budget.
+CORETRY_API std::shared_ptr<attempt_gate> registry_placeholder();
+/// Whether `g` is `registry_placeholder()`'s gate.
+CORETRY_API bool is_registry_placeholder(const attempt_gate* g) noexcept;
+} // namespace detail
 
 } // namespace coretry

@@ -22,17 +22,25 @@ CORETRY_API circuit_breaker_options overload_safe_breaker();
 /// last 10 s, plus 1 a second.
 CORETRY_API ratio_budget_options overload_safe_budget();
 
-/// The README's overload-safe policy for one upstream: no limit on attempts (the breaker and the
-/// budget decide), `attempt_timeout` 2 s, the default backoff (exponential from 100 ms doubling
-/// to 32 s, full jitter), and a fresh `circuit_breaker` (`overload_safe_breaker()`) and
-/// `ratio_budget` (`overload_safe_budget()`). Copies of the returned policy share that breaker
-/// and budget: make one policy per upstream, and copy it for each call.
-CORETRY_API retry_policy overload_safe(nanoseconds attempt_timeout = std::chrono::seconds(2));
+/// The README's overload-safe policy for one upstream. It fails fast on its own: `deadline`
+/// (10 s) bounds the whole call and `attempt_timeout` (2 s) each attempt; no limit on the number
+/// of attempts (the breaker, the budget and the deadline decide); an exponential backoff from
+/// 100 ms doubling up to 1 s, the breaker's break, with full jitter, so that no sleep outlasts a
+/// break; and a fresh `circuit_breaker` (`overload_safe_breaker()`) and `ratio_budget`
+/// (`overload_safe_budget()`). Copies of the returned policy share that breaker and budget: make
+/// one policy per upstream, and copy it for each call. Throws `std::invalid_argument` when
+/// `attempt_timeout` or `deadline` is not positive.
+CORETRY_API retry_policy overload_safe(nanoseconds attempt_timeout = std::chrono::seconds(2),
+                                       nanoseconds deadline = std::chrono::seconds(10));
 
-/// `overload_safe` without the breaker and budget, for a client of many upstreams whose
-/// `endpoint_registry` (built from `overload_safe_registry()`) supplies each endpoint's own.
+/// `overload_safe` for a client of many upstreams, whose `endpoint_registry` (built from
+/// `overload_safe_registry()`) supplies each endpoint's own breaker and budget. Until a
+/// registry has done so (`curl::client_options::resilience`, or `endpoint_registry::apply`), its
+/// `breaker` is a placeholder, and an operation started with it is refused at the call with
+/// `std::invalid_argument`: without a registry the preset would have neither breaker nor budget.
 CORETRY_API retry_policy
-overload_safe_per_endpoint(nanoseconds attempt_timeout = std::chrono::seconds(2));
+overload_safe_per_endpoint(nanoseconds attempt_timeout = std::chrono::seconds(2),
+                           nanoseconds deadline = std::chrono::seconds(10));
 
 /// Registry options making `overload_safe_breaker()` and `overload_safe_budget()` per endpoint.
 CORETRY_API endpoint_registry_options overload_safe_registry();

@@ -45,10 +45,20 @@
 /// on a clock that a test moves.
 
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/braced_policy.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/policy.hpp>
 
 #include <utility>
+
+// g++ 12 cannot be trusted with a braced policy inside co_await (detail/braced_policy.hpp):
+// there the policy's type is never defaulted, so a braced list selects the refusing overloads
+// at the end of this file.
+#if CORETRY_REFUSE_BRACED_POLICY
+#define CORETRY_DEFAULT_POLICY
+#else
+#define CORETRY_DEFAULT_POLICY = retry_policy
+#endif
 
 namespace coretry {
 
@@ -62,7 +72,7 @@ namespace coretry {
 /// error (see `final_error`; a deadline always reports `errc::deadline_exceeded`), or with
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself
 /// (see the file comment).
-template <class Timer = asio::steady_timer, class Op, class Policy = retry_policy>
+template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy) {
   detail::check_policy(policy);
@@ -72,7 +82,7 @@ retry_async(Op op, Policy&& policy) {
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class Timer = asio::steady_timer, class Op, class Policy = retry_policy>
+template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy, retry_stats& stats) {
   detail::check_policy(policy);
@@ -97,8 +107,8 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 ///
 /// Throws `std::invalid_argument` at the call when the policy is invalid (or an empty
 /// `shared_policy`); nothing starts then. Thread safety: the call may be made from any thread.
-template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
-          class CompletionToken>
+template <class Timer = asio::steady_timer, class Executor, class Op,
+          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
 requires detail::policy_argument<Policy>
 auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
@@ -113,8 +123,8 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionTok
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
-          class CompletionToken>
+template <class Timer = asio::steady_timer, class Executor, class Op,
+          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
 requires detail::policy_argument<Policy>
 auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& stats,
                  CompletionToken&& token) {
@@ -127,5 +137,27 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& 
       std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), &stats,
       std::move(origin));
 }
+
+#if CORETRY_REFUSE_BRACED_POLICY
+// g++ 12: a braced policy fails to compile here, with a message saying what to write.
+template <class Timer = asio::steady_timer, class Op, class G = Op>
+asio::awaitable<detail::op_result_t<Op>> retry_async(Op, detail::braced_policy) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
+  return {};
+}
+template <class Timer = asio::steady_timer, class Op, class G = Op>
+asio::awaitable<detail::op_result_t<Op>> retry_async(Op, detail::braced_policy, retry_stats&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
+  return {};
+}
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+void async_retry(const Executor&, Op, detail::braced_policy, CompletionToken&&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
+}
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+void async_retry(const Executor&, Op, detail::braced_policy, retry_stats&, CompletionToken&&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
+}
+#endif
 
 } // namespace coretry

@@ -106,7 +106,7 @@ public:
     heap_.push_back(&e);
     sift_up(e.slot);
     ++pushes_;
-    if (!waiting_ || due < armed_for_)
+    if (!wait_pending() || due < armed_for_)
       arm(due);
   }
 
@@ -133,9 +133,9 @@ public:
     return heap_.size();
   }
   /// Whether the timer has a wait pending (for tests).
-  bool waiting() const {
+  bool waiting() {
     std::lock_guard lock(mutex_);
-    return waiting_;
+    return wait_pending();
   }
   /// How many times the timer was armed (for tests and benchmarks).
   std::uint64_t arms() const {
@@ -170,11 +170,42 @@ private:
     waiting_ = true;
     armed_for_ = due;
     ++arms_;
-    timer_->async_wait([this, g = ++wait_generation_](const auto& ec) { on_timer(g, !ec); });
+    timer_->async_wait(wait_handler{this, ++wait_generation_});
+  }
+
+  /// The timer's handler. A wait can end without its handler being called: destroyed with the
+  /// timer's queue (`testing::manual_clock::reset()` drops every wait; a context's shutdown
+  /// does too). The handler's death then tells the queue, so that `waiting_` and `armed_for_`
+  /// never describe a wait that no longer exists (a later push arms afresh). It takes no lock:
+  /// it may die inside a call made under this queue's lock.
+  struct wait_handler {
+    deadline_queue* q;
+    std::uint64_t generation;
+    wait_handler(deadline_queue* queue, std::uint64_t g) noexcept : q(queue), generation(g) {}
+    wait_handler(wait_handler&& o) noexcept
+        : q(std::exchange(o.q, nullptr)), generation(o.generation) {}
+    wait_handler(const wait_handler&) = delete;
+    wait_handler& operator=(const wait_handler&) = delete;
+    wait_handler& operator=(wait_handler&&) = delete;
+    ~wait_handler() {
+      if (q)
+        q->dropped_.store(generation, std::memory_order_release);
+    }
+    template <class Ec> void operator()(const Ec& ec) {
+      deadline_queue* queue = std::exchange(q, nullptr);
+      queue->on_timer(generation, !ec);
+    }
+  };
+
+  /// Whether the wait `waiting_` speaks of still exists (under the lock).
+  bool wait_pending() {
+    if (waiting_ && dropped_.load(std::memory_order_acquire) == wait_generation_)
+      waiting_ = false;
+    return waiting_;
   }
 
   void linger() {
-    if (!waiting_ || checking_)
+    if (!wait_pending() || checking_)
       return;
     checking_ = true;
     post_check(pushes_, linger_turns);
@@ -187,7 +218,7 @@ private:
     std::lock_guard lock(mutex_);
     if (shut_down_)
       return;
-    if (!heap_.empty() || !waiting_ || pushes != pushes_) {
+    if (!heap_.empty() || !wait_pending() || pushes != pushes_) {
       checking_ = false;
       if (heap_.empty() && waiting_) // pushed and removed again since: linger afresh
         linger();
@@ -217,10 +248,15 @@ private:
       waiting_ = false;
       const time_point now = clock_type::now();
       while (expired && !heap_.empty() && !(now < heap_.front()->due)) {
+        // Claimed while still linked: an owner dying meanwhile sees its entry queued, so its
+        // `forget` waits on this lock instead of freeing the entry under `claim`. Once unlinked,
+        // the entry is read again only through the reference `claim` took.
         entry* e = heap_.front();
+        const std::uint64_t tag = e->tag;
+        auto owner = e->claim(*e);
         unlink(0);
-        if (auto owner = e->claim(*e))
-          fired.push_back({e, e->tag, std::move(owner)});
+        if (owner)
+          fired.push_back({e, tag, std::move(owner)});
       }
       if (!heap_.empty())
         arm(heap_.front()->due);
@@ -284,6 +320,9 @@ private:
   std::optional<WakeTimer> timer_;
   time_point armed_for_{};
   std::uint64_t wait_generation_ = 0; ///< of the wait that counts; older completions are ignored
+  /// The generation of the last wait destroyed uncalled (`wait_handler`); written without the
+  /// lock.
+  std::atomic<std::uint64_t> dropped_{0};
   std::uint64_t pushes_ = 0;
   std::uint64_t arms_ = 0;
   bool waiting_ = false;

@@ -106,6 +106,11 @@ public:
       : strand_(std::move(strand)), handler_(std::move(handler)), executor_(ex), op_(std::move(op)),
         policy_(std::move(policy)), hedge_(std::move(hedge)), stats_(stats), hedge_timer_(strand_),
         origin_(make_origin<clock>(policy_, true)) {
+    // Until it completes, the operation keeps its handler's executor busy, as retry_op and
+    // Asio's composed operations do: a handler bound to another context keeps that context's
+    // run() from returning before the completion arrives.
+    handler_work_.emplace(asio::prefer(asio::get_associated_executor(*handler_, executor_),
+                                       asio::execution::outstanding_work.tracked));
     notify = &hedge_state::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
@@ -134,15 +139,19 @@ public:
     start_ = origin_.start;
     sched_.emplace(policy_, std::move(origin_), &clock_now<clock>);
     started_ = true;
+    // In retry_op's order: link to the group, then the budget and the observer hear of the
+    // operation, then a cancellation that came first ends it.
+    const bool cancelled =
+        cancel_requested_ ||
+        (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this));
+    if (policy_.budget)
+      policy_.budget->on_request(start_);
     if (policy_.observer)
       emit(*policy_.observer, operation_started_event{policy_.label, operation_kind::hedge});
-    if (cancel_requested_ ||
-        (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this))) {
+    if (cancelled) {
       finish_abort();
       return;
     }
-    if (policy_.budget)
-      policy_.budget->on_request(start_);
     if (sched_->has_deadline()) {
       deadline_timer_.emplace(strand_);
       const nanoseconds left =
@@ -335,7 +344,9 @@ private:
         arm_hedge_timer(v.delay);
         return false;
       }
-      if (policy_.observer) // the gate, or the budget asked again after a wait for the gate
+      // A refusal is an overload control's (the gate, or the budget asked again after a wait
+      // for the gate); a deadline reached before the attempt could start is not one.
+      if (policy_.observer && why != errc::deadline_exceeded)
         emit(*policy_.observer, refusal_event{policy_.label, why, launched_ + 1});
       stop_launching(static_cast<errc>(why.value()));
       return false;
@@ -552,13 +563,19 @@ private:
            operation_finished_event{policy_.label, operation_kind::hedge, launched_,
                                     read_clock<clock>(true) - start_, nanoseconds{0},
                                     result_.reason, result_.error});
-    auto user_slot = asio::get_associated_cancellation_slot(*handler_);
-    if (user_slot.is_connected())
-      user_slot.clear();
     auto ex = asio::get_associated_executor(*handler_, executor_);
-    asio::post(ex, [h = std::move(*handler_), r = std::move(result_)]() mutable {
-      Deliver::template deliver<T>(h, r);
-    });
+    const auto alloc = asio::get_associated_allocator(*handler_);
+    [[maybe_unused]] auto work = std::move(handler_work_); // released after the post
+    // The caller's slot is cleared on the handler's executor, where the caller emits into it,
+    // as retry_op does: clearing it here, on the strand, would race with an emit on the
+    // caller's thread.
+    asio::post(ex, asio::bind_allocator(alloc, [h = std::move(*handler_),
+                                                r = std::move(result_)]() mutable {
+                 auto user_slot = asio::get_associated_cancellation_slot(h);
+                 if (user_slot.is_connected())
+                   user_slot.clear();
+                 Deliver::template deliver<T>(h, r);
+               }));
     handler_.reset();
   }
 
@@ -575,6 +592,10 @@ private:
 
   Strand strand_;
   std::optional<Handler> handler_;
+  using handler_work_type = std::decay_t<decltype(asio::prefer(
+      std::declval<const asio::associated_executor_t<Handler, Executor>&>(),
+      asio::execution::outstanding_work.tracked))>;
+  std::optional<handler_work_type> handler_work_; ///< released when the handler is posted
   Executor executor_;
   Op op_;
   retry_policy policy_;
@@ -623,9 +644,13 @@ template <class Timer, class T, class Deliver> struct initiate_hedge {
     with_serializing_executor(ex, [&](const auto& strand) {
       using strand_type = std::decay_t<decltype(strand)>;
       using state_type = hedge_state<Timer, T, Op, strand_type, handler_type, Executor, Deliver>;
-      auto s =
-          std::make_shared<state_type>(strand, std::forward<Handler>(handler), ex, std::move(op),
-                                       std::move(policy), std::move(hedge), stats);
+      // Allocated with the handler's allocator, as retry_op's state is.
+      using alloc_type = typename std::allocator_traits<
+          asio::associated_allocator_t<handler_type>>::template rebind_alloc<state_type>;
+      alloc_type alloc(asio::get_associated_allocator(handler));
+      auto s = std::allocate_shared<state_type>(alloc, strand, std::forward<Handler>(handler), ex,
+                                                std::move(op), std::move(policy), std::move(hedge),
+                                                stats);
       s->connect(user_slot);
       // Never inline: even an operation that ends before its first attempt completes later.
       asio::post(strand, [s = std::move(s)] { s->start(); });

@@ -195,7 +195,9 @@ public:
         token_.returned();
         v_ = sched_.refused(static_cast<errc>(why.value()), attempt_start_, last_error_);
         if (v_.stop) {
-          if (policy_.observer) // the gate, or the budget asked again after a wait for the gate
+          // A refusal is an overload control's (the gate, or the budget asked again after a
+          // wait for the gate); a deadline reached before the attempt could start is not one.
+          if (policy_.observer && why != errc::deadline_exceeded)
             emit(*policy_.observer, refusal_event{policy_.label, why, sched_.attempts() + 1});
           exit::fail(result_, stats_, v_.stop, v_.report);
           return next_step::done;
@@ -294,6 +296,18 @@ public:
     return sleep();
   }
 
+  /// The attempt `top` started is not sent after all: a cancellation arrived after `top` looked
+  /// (from a hook it called: the observer, the gate) or while the attempt was being initiated.
+  /// It ends as an abandoned attempt (the breaker's grant goes back, the observer hears its end)
+  /// and the operation as cancelled: one rule, checked by every driver before it starts an
+  /// attempt.
+  next_step abandon_attempt() {
+    result_.value.reset();
+    result_.exception = nullptr;
+    result_.error = coretry::detail::aborted_error();
+    return ended(false, true);
+  }
+
   /// A sleep that failed to start (its timer threw): the loop ends with what was thrown.
   void thrown(std::exception_ptr e) { exit::thrown(result_, stats_, std::move(e)); }
 
@@ -354,6 +368,11 @@ asio::awaitable<T> retry_loop(Op op, Policy held, retry_stats* stats, op_origin 
        step != next_step::done; step = core.top(cs.cancelled() != asio::cancellation_type::none ||
                                                 core.policy().cancellation.cancelled())) {
     if (step == next_step::attempt) {
+      if (cs.cancelled() != asio::cancellation_type::none ||
+          core.policy().cancellation.cancelled()) { // cancelled by a hook `top` called
+        if (core.abandon_attempt() == next_step::done)
+          break;
+      }
       try {
         if constexpr (shape::awaits_void) {
           co_await shape::start(op, core.context());

@@ -373,6 +373,10 @@ private:
   }
 
   void attempt(self_ptr self) {
+    // A cancellation that arrived after `top` looked (from the observer's or the gate's hook,
+    // on this executor) stops the attempt before it is sent.
+    if (cancelled())
+      return step(std::move(self), core_.abandon_attempt());
     if (timed_)
       start_attempt(core_.attempt_limit());
     in_attempt_ = true;
@@ -381,8 +385,13 @@ private:
       // attempt has ended already (its handler ran inside it). A handler it had taken before
       // throwing is ignored if it runs later: the attempt completes once either way.
       const std::uint64_t seq = ++attempt_seq_;
+      const bool cancelled_before = cancelled_;
       try {
         shape::initiate(op_, core_.context(), attempt_handler{self, seq, alloc_});
+        // Cancelled inside the initiating function (it emitted the caller's slot, say) before
+        // the operation had connected its slot: emitted again, now that it has.
+        if (!cancelled_before && cancelled_ && attempt_live(seq))
+          signal_->emit(asio::cancellation_type::terminal);
       } catch (const std::system_error& e) {
         if (attempt_live(seq)) {
           core_.result().error = e.code();

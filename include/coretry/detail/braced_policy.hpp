@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+// Why `retry_async` and `async_retry` refuse a braced policy on g++ 12. Private: included by
+// <coretry/retry.hpp>.
+//
+// g++ 12 miscompiles an aggregate temporary initialized inside a `co_await` expression, as in
+// `co_await retry_async(op, {.max_attempts = 3})`: it builds the temporary, copies it bitwise to
+// another place of the coroutine frame, hands the copy to the callee, and then destroys both.
+// Every member that owns something (the policy's `std::string label`, its `shared_ptr`s and
+// `std::function`s) is then freed twice or at a wrong address ("free(): invalid pointer"). No
+// callee can repair an argument that arrives that way. So on g++ 12 the front ends' policy
+// parameter has no default type: a braced list cannot deduce it and selects the overload below,
+// which fails to compile with a message saying what to write. g++ 13 and later, and clang, take
+// the braced list.
+//
+// The same bug hits a temporary written with its type, `retry_policy{.max_attempts = 3}`, which
+// no overload can tell from `std::move(policy)`: on g++ 12 name the policy first (or pass a
+// `shared_policy`, or a function's result such as `presets::overload_safe()`, which g++ 12
+// compiles correctly). docs/core.md, "g++ 12".
+
+#include <type_traits>
+
+/// 1 on g++ 12 and older, where a braced policy argument is refused; 0 elsewhere.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#define CORETRY_REFUSE_BRACED_POLICY 1
+#else
+#define CORETRY_REFUSE_BRACED_POLICY 0
+#endif
+
+namespace coretry::detail {
+
+#if CORETRY_REFUSE_BRACED_POLICY
+
+/// Takes any value: a member of `braced_policy`.
+struct any_field {
+  any_field() = default;
+  template <class V> any_field(V&&) noexcept {}
+};
+
+/// `retry_policy`'s members, by name and in its order: what a braced `{.max_attempts = ...}`
+/// argument initialises on g++ 12, only to be refused. Keep in step with `retry_policy` (a
+/// member missing here makes the braced form fail with a plainer message, never run).
+struct braced_policy {
+  any_field max_attempts, deadline, attempt_timeout, backoff, max_retry_after, retry_if,
+      pushback_if, on_retry, budget, breaker, when_open, rate_limit, throttle_if, cancellation,
+      seed, report, result_filter, observer, label;
+};
+
+template <class> inline constexpr bool braced_policy_refused = false;
+
+#define CORETRY_REFUSE_BRACED_POLICY_ASSERT(G)                                                     \
+  static_assert(::coretry::detail::braced_policy_refused<G>,                                       \
+                "g++ 12 miscompiles a braced retry_policy inside co_await (the temporary is "      \
+                "copied bitwise and destroyed twice: free(): invalid pointer). Name the policy "   \
+                "first: coretry::retry_policy policy{.max_attempts = 3}; "                         \
+                "co_await coretry::retry_async(op, policy);")
+
+#endif
+
+} // namespace coretry::detail
