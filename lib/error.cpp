@@ -38,10 +38,52 @@ public:
   }
 };
 
+class condition_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "coretry.condition"; }
+  std::string message(int value) const override {
+    switch (static_cast<condition>(value)) {
+    case condition::gave_up:
+      return "the retry policy gave up";
+    case condition::refused_locally:
+      return "refused locally: the attempt was not sent";
+    case condition::timed_out:
+      return "timed out";
+    case condition::cancelled:
+      return "cancelled";
+    }
+    return "unknown coretry condition " + std::to_string(value);
+  }
+  bool equivalent(const std::error_code& ec, int value) const noexcept override {
+    const bool ours = ec.category() == retry_category();
+    const auto e = static_cast<errc>(ec.value());
+    switch (static_cast<condition>(value)) {
+    case condition::gave_up:
+      return ours && (e == errc::attempts_exhausted || e == errc::budget_exhausted ||
+                      e == errc::deadline_exceeded || e == errc::retry_after_too_long ||
+                      e == errc::retry_after_past_deadline);
+    case condition::refused_locally:
+      return ours && (e == errc::circuit_open || e == errc::throttled_locally ||
+                      e == errc::rate_limited || e == errc::budget_exhausted);
+    case condition::timed_out:
+      return ours ? (e == errc::attempt_timeout || e == errc::deadline_exceeded)
+                  : ec == std::errc::timed_out;
+    case condition::cancelled:
+      return ours ? e == errc::cancelled : ec == std::errc::operation_canceled;
+    }
+    return false;
+  }
+};
+
 } // namespace
 
 const std::error_category& retry_category() noexcept {
   static const retry_category_impl category;
+  return category;
+}
+
+const std::error_category& condition_category() noexcept {
+  static const condition_category_impl category;
   return category;
 }
 

@@ -127,3 +127,31 @@ TEST_CASE("errors table: every coretry::errc has the message the table quotes") 
   CHECK(coretry::test::operation_aborted.message() == "Operation aborted.");
 #endif
 }
+
+TEST_CASE("conditions group codes: gave up, refused locally, timed out, cancelled") {
+  using coretry::condition;
+  using coretry::errc;
+  const std::error_code deadline = errc::deadline_exceeded;
+  CHECK(deadline == condition::gave_up);
+  CHECK(deadline == condition::timed_out);
+  CHECK(deadline != condition::refused_locally);
+  CHECK(std::error_code(errc::attempts_exhausted) == condition::gave_up);
+  CHECK(std::error_code(errc::budget_exhausted) == condition::gave_up);
+  CHECK(std::error_code(errc::budget_exhausted) == condition::refused_locally);
+  CHECK(std::error_code(errc::circuit_open) == condition::refused_locally);
+  CHECK(std::error_code(errc::circuit_open) != condition::gave_up);
+  CHECK(std::error_code(errc::throttled_locally) == condition::refused_locally);
+  CHECK(std::error_code(errc::rate_limited) == condition::refused_locally);
+  CHECK(std::error_code(errc::attempt_timeout) == condition::timed_out);
+  CHECK(std::error_code(errc::attempt_timeout) != condition::gave_up);
+  CHECK(std::make_error_code(std::errc::timed_out) == condition::timed_out);
+  CHECK(std::error_code(errc::cancelled) == condition::cancelled);
+  CHECK(std::make_error_code(std::errc::operation_canceled) == condition::cancelled);
+  CHECK(coretry::detail::aborted_error() == condition::cancelled); // Asio's, in either flavour
+  CHECK(std::make_error_code(std::errc::connection_refused) != condition::cancelled);
+  CHECK(std::make_error_code(std::errc::connection_refused) != condition::refused_locally);
+  CHECK(std::error_code(errc::unexpected_exception) != condition::gave_up);
+  CHECK(std::string(coretry::condition_category().name()) == "coretry.condition");
+  CHECK(std::error_condition(condition::refused_locally).message() ==
+        "refused locally: the attempt was not sent");
+}

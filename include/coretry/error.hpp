@@ -64,8 +64,36 @@ inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), retry_category()};
 }
 
+/// Groups of outcomes a caller asks about without listing codes, as Beast's conditions do:
+/// `if (ec == coretry::condition::refused_locally)`. A code may belong to several groups
+/// (`errc::deadline_exceeded` is `gave_up` and `timed_out`). With Boost.Asio, compare the
+/// `std::error_code` that the `boost::system::error_code` converts to.
+enum class condition {
+  /// The policy stopped retrying: `attempts_exhausted`, `budget_exhausted`,
+  /// `deadline_exceeded`, `retry_after_too_long`, `retry_after_past_deadline`.
+  gave_up = 1,
+  /// Nothing was sent for the attempt: a local overload control refused it (`circuit_open`,
+  /// `throttled_locally`, `rate_limited`, `budget_exhausted`).
+  refused_locally,
+  /// A time limit ran out: `attempt_timeout`, `deadline_exceeded`, and the system's
+  /// `timed_out` (`std::errc::timed_out`, as Asio's sockets report it).
+  timed_out,
+  /// The operation was cancelled: `asio::error::operation_aborted`
+  /// (`std::errc::operation_canceled`) or `errc::cancelled`.
+  cancelled,
+};
+
+/// The category of `coretry::condition`; its name is "coretry.condition".
+CORETRY_API const std::error_category& condition_category() noexcept;
+
+/// `c` as a `std::error_condition` of `condition_category()`.
+inline std::error_condition make_error_condition(condition c) noexcept {
+  return {static_cast<int>(c), condition_category()};
+}
+
 } // namespace coretry
 
 /// \cond
 template <> struct std::is_error_code_enum<coretry::errc> : std::true_type {};
+template <> struct std::is_error_condition_enum<coretry::condition> : std::true_type {};
 /// \endcond

@@ -29,6 +29,33 @@
 
 namespace coretry::detail {
 
+/// The one rule for what an attempt threw, on every path (the composed operation, the direct
+/// loop, the hedge, an `exception_ptr` completion): a `std::system_error` (either flavour's) is
+/// the attempt's error; anything else is kept as its exception, which ends the loop with
+/// `errc::unexpected_exception`. Call inside a `catch` block; `Out` has `error` and `exception`.
+template <class Out> void take_current_exception(Out& out) noexcept {
+  try {
+    throw;
+  } catch (const std::system_error& e) {
+    out.error = e.code();
+#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
+  } catch (const asio_system_error& e) {
+    out.error = e.code();
+#endif
+  } catch (...) {
+    out.exception = std::current_exception();
+  }
+}
+
+/// `take_current_exception` for an exception handed over as a pointer (non-null).
+template <class Out> void take_exception(Out& out, std::exception_ptr e) noexcept {
+  try {
+    std::rethrow_exception(std::move(e));
+  } catch (...) {
+    take_current_exception(out);
+  }
+}
+
 template <class Op> decltype(auto) call_op(Op& op, attempt_context& ctx) {
   if constexpr (std::is_invocable_v<Op&, attempt_context&>)
     return op(ctx);
@@ -236,17 +263,7 @@ template <class Op, attempt_form K> struct token_shape {
         return;
     } else if constexpr (traits::exception_first) {
       if (std::exception_ptr e = std::get<0>(r)) {
-        try {
-          std::rethrow_exception(std::move(e));
-        } catch (const std::system_error& x) {
-          out.error = x.code();
-#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
-        } catch (const asio_system_error& x) {
-          out.error = x.code();
-#endif
-        } catch (...) {
-          out.exception = std::current_exception();
-        }
+        take_exception(out, std::move(e));
         return;
       }
     }

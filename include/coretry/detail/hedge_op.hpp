@@ -417,14 +417,8 @@ private:
       } else {
         shape::take(out, co_await shape::start(s->op(), ctx));
       }
-    } catch (const std::system_error& e) {
-      out.error = e.code();
-#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
-    } catch (const asio_system_error& e) {
-      out.error = e.code();
-#endif
     } catch (...) {
-      out.exception = std::current_exception();
+      take_current_exception(out);
     }
     out.http_status = ctx.http_status();
     out.http_method = ctx.http_method();

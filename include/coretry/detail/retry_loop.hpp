@@ -380,14 +380,8 @@ asio::awaitable<T> retry_loop(Op op, Policy held, retry_stats* stats, op_origin 
         } else {
           shape::take(core.result(), co_await shape::start(op, core.context()));
         }
-      } catch (const std::system_error& e) {
-        core.result().error = e.code();
-#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
-      } catch (const asio_system_error& e) {
-        core.result().error = e.code();
-#endif
       } catch (...) {
-        core.result().exception = std::current_exception();
+        take_current_exception(core.result());
       }
       if (core.ended(false, cs.cancelled() != asio::cancellation_type::none ||
                                 core.policy().cancellation.cancelled()) == next_step::done)

@@ -1,20 +1,26 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// How a retry operation starts and completes: the initiation behind async_retry (and behind
-// retry_async when something may cancel it), the state shared with the handlers that cancel it,
-// and the completion that reports once. Private: include <coretry/retry.hpp>.
+// The composed retry operation: the initiation behind `async_retry` (any token) and behind
+// `retry_async` whenever something may cancel it or its attempts are timed, and the one heap
+// state (`retry_op`) that runs the loop's steps (`loop_core`, retry_loop.hpp) from completion
+// handlers. Private: include <coretry/retry.hpp>.
 //
-// Three paths, chosen once per operation by `needs_control`:
-// - retry_async with nothing to cancel it and no timed attempts: the loop is awaited in the
-//   caller's coroutine, which cancels it the usual way (an enclosing `||`, a bound slot);
-// - async_retry likewise: the loop is co_spawned on the executor, no state, no strand;
-// - otherwise (a caller's slot, a group token, an attempt timeout or a deadline): the loop is
-//   co_spawned on a strand, with an `op_state` shared by the loop and every handler that may
-//   cancel it. Everything that touches the loop's cancellation runs on that strand.
+// Paths, chosen once per operation by `needs_control`:
+// - `retry_async` with nothing to cancel it and no timed attempts: the loop is a coroutine
+//   awaited in the caller's (retry_loop.hpp), cancelled the usual way;
+// - every other operation: one `retry_op`, allocated with the handler's allocator, started by a
+//   post (never completing inside the initiation). A token attempt is initiated with a handler
+//   of the state's; an awaitable attempt is `co_spawn`ed for that attempt only. A sleep is one
+//   timer wait; a timed attempt is an entry in its context's deadline queue
+//   (deadline_queue.hpp). A controlled operation (a caller's slot, a group token, timed
+//   attempts) holds one cancellation signal bound to each attempt, and runs on a strand only
+//   when a cancellation could come from another thread (not on a context with concurrency
+//   hint 1).
 //
-// Exactly once: co_spawn calls the completion once, or destroys it uncalled with its execution
-// context. The state unlinks itself from a group source when it dies, however it dies; a
-// cancellation reaches the loop only once the loop runs (`arm`) and until it ends (`disarm`).
+// Exactly once: the state completes once (`finish`, dispatching the handler through its
+// associated executor), or is destroyed uncalled with the last pending handler that holds it
+// (the context's teardown). It unlinks itself from a group source and from the deadline queue
+// when it dies, however it dies. A cancellation is looked for before each attempt is sent.
 
 #include <coretry/cancellation.hpp>
 #include <coretry/detail/asio.hpp>
@@ -66,18 +72,9 @@ template <class T> delivered_t<T> take_value(loop_result<T>& r) {
 template <class T> void absorb(loop_result<T>& r, std::exception_ptr e) {
   if (!e)
     return;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::system_error& error) {
-    r.error = error.code();
-#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
-  } catch (const asio_system_error& error) {
-    r.error = error.code();
-#endif
-  } catch (...) {
+  take_exception(r, std::move(e));
+  if (r.exception)
     r.error = errc::unexpected_exception;
-    r.exception = std::current_exception();
-  }
 }
 
 /// Delivers to a handler taking `(exception_ptr[, T])`: retry_async's, through use_awaitable.
@@ -392,21 +389,9 @@ private:
         // the operation had connected its slot: emitted again, now that it has.
         if (!cancelled_before && cancelled_ && attempt_live(seq))
           signal_->emit(asio::cancellation_type::terminal);
-      } catch (const std::system_error& e) {
-        if (attempt_live(seq)) {
-          core_.result().error = e.code();
-          attempt_done(std::move(self));
-        }
-#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
-      } catch (const asio_system_error& e) {
-        if (attempt_live(seq)) {
-          core_.result().error = e.code();
-          attempt_done(std::move(self));
-        }
-#endif
       } catch (...) {
         if (attempt_live(seq)) {
-          core_.result().exception = std::current_exception();
+          take_current_exception(core_.result());
           attempt_done(std::move(self));
         }
       }
@@ -451,14 +436,8 @@ private:
       } else {
         shape::take(r, co_await shape::start(s->op_, s->core_.context()));
       }
-    } catch (const std::system_error& e) {
-      r.error = e.code();
-#if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
-    } catch (const asio_system_error& e) {
-      r.error = e.code();
-#endif
     } catch (...) {
-      r.exception = std::current_exception();
+      take_current_exception(r);
     }
     // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
     // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
