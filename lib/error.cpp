@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/error.hpp>
 
+#include <cstring>
+
 namespace coretry {
 namespace {
 
@@ -38,6 +40,14 @@ public:
   }
 };
 
+// `ec` is the system's `e`. Asio 1.22's own system category ("asio.system") does not map its
+// codes to the generic conditions, as later versions and std::system_category() do.
+bool is_system(const std::error_code& ec, std::errc e) noexcept {
+  if (ec == e)
+    return true;
+  return ec.value() == static_cast<int>(e) && std::strcmp(ec.category().name(), "asio.system") == 0;
+}
+
 class condition_category_impl final : public std::error_category {
 public:
   const char* name() const noexcept override { return "coretry.condition"; }
@@ -67,9 +77,9 @@ public:
                       e == errc::rate_limited || e == errc::budget_exhausted);
     case condition::timed_out:
       return ours ? (e == errc::attempt_timeout || e == errc::deadline_exceeded)
-                  : ec == std::errc::timed_out;
+                  : is_system(ec, std::errc::timed_out);
     case condition::cancelled:
-      return ours ? e == errc::cancelled : ec == std::errc::operation_canceled;
+      return ours ? e == errc::cancelled : is_system(ec, std::errc::operation_canceled);
     }
     return false;
   }

@@ -50,6 +50,11 @@ void check_policy(const shared_policy& p) {
   if (!p)
     throw std::invalid_argument("coretry::shared_policy: empty (moved from)");
 }
+
+retry_policy policy_copy(const shared_policy& p) {
+  check_policy(p);
+  return *p;
+}
 } // namespace detail
 
 } // namespace coretry

@@ -148,6 +148,8 @@ TEST_CASE("conditions group codes: gave up, refused locally, timed out, cancelle
   CHECK(std::error_code(errc::cancelled) == condition::cancelled);
   CHECK(std::make_error_code(std::errc::operation_canceled) == condition::cancelled);
   CHECK(coretry::detail::aborted_error() == condition::cancelled); // Asio's, in either flavour
+  CHECK(std::error_code(coretry::detail::asio_error_code(asio::error::timed_out)) ==
+        condition::timed_out);
   CHECK(std::make_error_code(std::errc::connection_refused) != condition::cancelled);
   CHECK(std::make_error_code(std::errc::connection_refused) != condition::refused_locally);
   CHECK(std::error_code(errc::unexpected_exception) != condition::gave_up);

@@ -68,7 +68,7 @@ TEST_CASE("a group cancellation from the observer's attempt_started stops the at
   coretry::retry_stats stats;
   const auto out = run_retry(io, op, p, stats, drive_until::idle);
   CHECK(out.completions == 1);
-  CHECK(out.error == asio::error::operation_aborted);
+  CHECK(coretry::detail::is_aborted(out.error));
   CHECK(op.calls == 0); // never sent
   CHECK(obs->attempts_started == 1);
   CHECK(obs->attempts_finished == 1); // its end is heard, as abandoned
@@ -98,7 +98,7 @@ TEST_CASE("a token attempt whose initiating function emits the caller's slot is 
       }));
   drive(io, [] { return false; });
   CHECK(completions == 1);
-  CHECK(error == asio::error::operation_aborted);
+  CHECK(coretry::detail::is_aborted(error));
   CHECK(calls == 1);
   CHECK(manual_clock::elapsed() < 1s); // the wait was cancelled, not run out
 }
@@ -257,4 +257,25 @@ TEST_CASE("async_hedge clears the caller's slot on the handler's executor, where
   for (auto& r : runners)
     r.join();
   CHECK(completions == n);
+}
+
+TEST_CASE("async_hedge takes a shared_policy, as async_retry does") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(refused), succeed(4)}};
+  const coretry::shared_policy shared{retry_policy{.max_attempts = 3}};
+  coretry::hedge_stats stats;
+  outcome o;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(), [&] { return op(); }, shared, coretry::hedge_options{.delay = 10ms}, stats,
+      record(o));
+  drive(io, [] { return false; });
+  CHECK(o.completions == 1);
+  CHECK_FALSE(o.error);
+  CHECK(o.value == 4);
+  coretry::shared_policy moved{retry_policy{}};
+  const coretry::shared_policy taken = std::move(moved);
+  CHECK_THROWS_AS(coretry::async_hedge(io.get_executor(), [&] { return op(); }, moved,
+                                       coretry::hedge_options{}, [](std::error_code, int) {}),
+                  std::invalid_argument);
 }

@@ -57,6 +57,7 @@
 /// from any thread, and cancellation may come from any thread.
 
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/braced_policy.hpp>
 #include <coretry/policy.hpp>
 
 #include <chrono>
@@ -129,55 +130,95 @@ struct hedge_stats {
 
 namespace coretry {
 
-/// Runs `op` hedged under `policy` and `hedge`, from inside a coroutine.
+/// Runs `op` hedged under `policy` (a `retry_policy`, or a `shared_policy`, whose policy the
+/// operation copies) and `hedge`, from inside a coroutine.
 ///
 /// \returns the first accepted result; when every attempt's result was rejected
 /// (`retry_policy::retry_if_result`) and none may start, the last one.
 /// \throws std::invalid_argument at the call when `policy`, `hedge` or the policy's result
 /// predicate is invalid; std::system_error with the final error, or
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself.
-template <class Timer = asio::steady_timer, class Op>
-asio::awaitable<detail::op_result_t<Op>> hedge_async(Op op, retry_policy policy,
-                                                     hedge_options hedge = {}) {
-  return detail::hedge_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
-                                                             std::move(hedge), nullptr);
+template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
+requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+hedge_async(Op op, Policy&& policy, hedge_options hedge = {}) {
+  return detail::hedge_entry<Timer, detail::op_result_t<Op>>(
+      std::move(op), detail::policy_copy(std::forward<Policy>(policy)), std::move(hedge), nullptr);
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
-template <class Timer = asio::steady_timer, class Op>
-asio::awaitable<detail::op_result_t<Op>> hedge_async(Op op, retry_policy policy,
-                                                     hedge_options hedge, hedge_stats& stats) {
-  return detail::hedge_entry<Timer, detail::op_result_t<Op>>(std::move(op), std::move(policy),
-                                                             std::move(hedge), &stats);
+template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
+requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
+  return detail::hedge_entry<Timer, detail::op_result_t<Op>>(
+      std::move(op), detail::policy_copy(std::forward<Policy>(policy)), std::move(hedge), &stats);
 }
 
-/// Runs `op` hedged on `executor`, reporting through any completion token.
+/// Runs `op` hedged on `executor`, reporting through any completion token. `policy` is a
+/// `retry_policy` or a `shared_policy`, as for `hedge_async`.
 ///
-/// Completion signature: as `async_retry`'s, `void(std::error_code, T)` (`void(std::error_code)`
-/// for `void`, `std::optional<T>` when `T` is not default constructible). The handler is called
-/// exactly once, through its associated executor (by default `executor`), never from inside
-/// this call, after every attempt has returned; destroyed uncalled if the execution context is
-/// destroyed first. Cancellation: any type, through the handler's slot, and the group token.
+/// @par Completion Signature
+/// As `async_retry`'s: `void(std::error_code, T)` (`void(std::error_code)` for `void`,
+/// `std::optional<T>` when `T` is not default constructible). The handler is called exactly
+/// once, through its associated executor (by default `executor`), never from inside this call,
+/// after every attempt has returned; destroyed uncalled if the execution context is destroyed
+/// first. Until then the operation keeps the handler's executor busy (outstanding work).
+///
+/// @par Per-Operation Cancellation
+/// Any type, through the handler's slot, and the group token: every running attempt is
+/// cancelled as terminal and the operation completes with `asio::error::operation_aborted`.
+///
 /// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-auto async_hedge(const Executor& executor, Op op, retry_policy policy, hedge_options hedge,
+template <class Timer = asio::steady_timer, class Executor, class Op,
+          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
+requires detail::policy_argument<Policy>
+auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
-  detail::check_hedge<value_type>(policy, hedge);
+  retry_policy p = detail::policy_copy(std::forward<Policy>(policy));
+  detail::check_hedge<value_type>(p, hedge);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_hedge<Timer, value_type, detail::deliver_error_code>{}, token, executor,
-      std::move(op), std::move(policy), std::move(hedge), static_cast<hedge_stats*>(nullptr));
+      std::move(op), std::move(p), std::move(hedge), static_cast<hedge_stats*>(nullptr));
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-auto async_hedge(const Executor& executor, Op op, retry_policy policy, hedge_options hedge,
+template <class Timer = asio::steady_timer, class Executor, class Op,
+          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
+requires detail::policy_argument<Policy>
+auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  hedge_stats& stats, CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
-  detail::check_hedge<value_type>(policy, hedge);
+  retry_policy p = detail::policy_copy(std::forward<Policy>(policy));
+  detail::check_hedge<value_type>(p, hedge);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_hedge<Timer, value_type, detail::deliver_error_code>{}, token, executor,
-      std::move(op), std::move(policy), std::move(hedge), &stats);
+      std::move(op), std::move(p), std::move(hedge), &stats);
 }
+
+#if CORETRY_REFUSE_BRACED_POLICY
+// g++ 12: a braced policy fails to compile here, with a message saying what to write
+// (detail/braced_policy.hpp).
+template <class Timer = asio::steady_timer, class Op, class G = Op>
+asio::awaitable<detail::op_result_t<Op>> hedge_async(Op, detail::braced_policy,
+                                                     hedge_options = {}) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
+  return {};
+}
+template <class Timer = asio::steady_timer, class Op, class G = Op>
+asio::awaitable<detail::op_result_t<Op>> hedge_async(Op, detail::braced_policy, hedge_options,
+                                                     hedge_stats&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
+  return {};
+}
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+void async_hedge(const Executor&, Op, detail::braced_policy, hedge_options, CompletionToken&&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
+}
+template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
+void async_hedge(const Executor&, Op, detail::braced_policy, hedge_options, hedge_stats&,
+                 CompletionToken&&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
+}
+#endif
 
 } // namespace coretry

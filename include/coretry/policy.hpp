@@ -318,6 +318,17 @@ inline const retry_policy& policy_of(const shared_policy& p) noexcept {
   return *p;
 }
 
+/// A `retry_policy` of the operation's own, from any policy argument: moved from an rvalue,
+/// copied from an lvalue or from a `shared_policy` (refused with `std::invalid_argument` when
+/// empty). For the front ends whose state holds a `retry_policy` (the hedge).
+inline retry_policy policy_copy(retry_policy&& p) {
+  return std::move(p);
+}
+inline retry_policy policy_copy(const retry_policy& p) {
+  return p;
+}
+CORETRY_API retry_policy policy_copy(const shared_policy& p);
+
 /// The front ends' check at the call, before anything starts.
 inline void check_policy(const retry_policy& p) {
   p.validate();

@@ -51,15 +51,6 @@
 
 #include <utility>
 
-// g++ 12 cannot be trusted with a braced policy inside co_await (detail/braced_policy.hpp):
-// there the policy's type is never defaulted, so a braced list selects the refusing overloads
-// at the end of this file.
-#if CORETRY_REFUSE_BRACED_POLICY
-#define CORETRY_DEFAULT_POLICY
-#else
-#define CORETRY_DEFAULT_POLICY = retry_policy
-#endif
-
 namespace coretry {
 
 /// Retries `op` under `policy`, from inside a coroutine. `policy` is a `retry_policy`, which

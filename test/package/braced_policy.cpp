@@ -3,6 +3,7 @@
 // temporary is copied bitwise and destroyed twice: free(): invalid pointer at run time); coretry
 // makes g++ 12 refuse it at compile time with a message that says what to write
 // (package.braced_policy_gcc12, issue 32 finding 20); other compilers run it.
+#include <coretry/hedge.hpp>
 #include <coretry/retry.hpp>
 
 #include <asio/detached.hpp>
@@ -21,7 +22,8 @@ int main() {
       io,
       []() -> asio::awaitable<void> {
         const int v = co_await coretry::retry_async(answer, {.max_attempts = 2, .label = "x"});
-        std::printf("%d\n", v);
+        const int h = co_await coretry::hedge_async(answer, {.max_attempts = 2});
+        std::printf("%d %d\n", v, h);
       },
       asio::detached);
   io.run();

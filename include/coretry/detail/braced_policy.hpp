@@ -27,6 +27,14 @@
 #define CORETRY_REFUSE_BRACED_POLICY 0
 #endif
 
+/// The default of a front end's policy type: none on g++ 12, where a braced list then cannot
+/// deduce it and selects the refusing overload; `retry_policy` elsewhere.
+#if CORETRY_REFUSE_BRACED_POLICY
+#define CORETRY_DEFAULT_POLICY
+#else
+#define CORETRY_DEFAULT_POLICY = ::coretry::retry_policy
+#endif
+
 namespace coretry::detail {
 
 #if CORETRY_REFUSE_BRACED_POLICY
