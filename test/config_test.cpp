@@ -416,6 +416,12 @@ TEST_CASE("names, throttling and the document itself refused with their paths") 
   CHECK(grpc_error("{\"methodConfig\": [\n  {\"name\": [}]}") ==
         "$: malformed JSON at line 2, column 13 (byte 31): syntax error while parsing value - "
         "unexpected '}'; expected '[', '{', or a literal");
+  // Found by the fuzz target: a number beyond a double is nlohmann's out_of_range, not a
+  // parse_error.
+  CHECK(grpc_error(R"({"retryThrottling": {"maxTokens": 1e330}})") ==
+        "$: malformed JSON at line 1, column 35 (byte 34): number overflow parsing '1e330'");
+  CHECK(own_error("1e330") == "$: malformed JSON at line 1, column 1 (byte 0): number overflow "
+                              "parsing '1e330'");
   CHECK(grpc_error("").rfind("$: malformed JSON at line 1, column 1", 0) == 0);
 }
 

@@ -714,32 +714,55 @@ policy_config read_own(const json& doc, const status_lookup& statuses) {
 
 // ---- parsing ------------------------------------------------------------------------------
 
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 200))
+    out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+  return out;
+}
+
+std::string position(std::string_view text, std::size_t at) {
+  std::size_t line = 1;
+  std::size_t column = 1;
+  for (std::size_t i = 0; i < at && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(column) + " (byte " +
+         std::to_string(at) + ")";
+}
+
 json parse(std::string_view text) {
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     // e.byte counts from 1 and points at the byte that broke the parse; the message gives its
-    // offset from 0.
+    // offset from 0. nlohmann: "[json.exception.parse_error.101] parse error at line 1,
+    // column 2: <reason>".
     const std::size_t at = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    std::size_t line = 1;
-    std::size_t column = 1;
-    for (std::size_t i = 0; i < at; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 2: <reason>".
     std::string reason = e.what();
     if (const auto colon = reason.find(": "); colon != std::string::npos)
       reason = reason.substr(colon + 2);
-    std::string printable;
-    for (unsigned char c : reason.substr(0, 200))
-      printable += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-    fail("$", "malformed JSON at line " + std::to_string(line) + ", column " +
-                  std::to_string(column) + " (byte " + std::to_string(at) + "): " + printable);
+    fail("$", "malformed JSON at " + position(text, at) + ": " + printable(reason));
+  } catch (const json::exception& e) {
+    // A number too large for a double ("1e400"): nlohmann reports
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'", without a position;
+    // the number's first occurrence in the text gives one.
+    std::string reason = e.what();
+    if (const auto bracket = reason.find("] "); bracket != std::string::npos)
+      reason = reason.substr(bracket + 2);
+    std::string where;
+    if (const auto open = reason.find('\''), close = reason.rfind('\'');
+        open != std::string::npos && close > open + 1) {
+      const auto at = text.find(std::string_view(reason).substr(open + 1, close - open - 1));
+      if (at != std::string_view::npos)
+        where = " at " + position(text, at);
+    }
+    fail("$", "malformed JSON" + where + ": " + printable(reason));
   }
 }
 
