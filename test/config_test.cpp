@@ -229,6 +229,16 @@ TEST_CASE("A6's limit: maxAttempts above 5 is 5, for retries and hedges; a clien
   const std::string hedge =
       R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 1000000000000}}]})";
   CHECK(read_service_config(hedge, table()).methods.at(0).policy.max_attempts == 5);
+  CHECK(read_service_config(
+            R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 1e300}}]})",
+            table())
+            .methods.at(0)
+            .policy.max_attempts == 5);
+  CHECK(read_service_config(
+            R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 3.0}}]})",
+            table())
+            .methods.at(0)
+            .policy.max_attempts == 3);
   CHECK(read_service_config(hedge, table()).methods.at(0).hedge.max_in_flight == 5);
   CHECK(read_service_config(hedge, table(), {.max_attempts_limit = 7}).methods.at(0).policy.max_attempts ==
         7);

@@ -339,11 +339,22 @@ template <class Make> auto build(const fields& f, std::initializer_list<std::str
 
 // ---- gRPC's service config ----------------------------------------------------------------
 
+// maxAttempts: a whole number of at least 2; above the client's limit (A6: 5) it is the limit,
+// however large ("1e300" included).
 unsigned attempts(const fields& f, const grpc_options& options) {
   const std::string p = f.path("maxAttempts");
-  const std::uint64_t n =
-      whole(f.need("maxAttempts"), p, 2, std::numeric_limits<std::uint64_t>::max());
-  return static_cast<unsigned>(std::min<std::uint64_t>(n, options.max_attempts_limit));
+  const json& v = f.need("maxAttempts");
+  const unsigned limit = options.max_attempts_limit;
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::floor(d) != d)
+      fail(p, show(v) + " is not a whole number");
+    if (d < 2)
+      fail(p, show(v) + " is below 2");
+    return d >= limit ? limit : static_cast<unsigned>(d);
+  }
+  const std::uint64_t n = whole(v, p, 2, std::numeric_limits<std::uint64_t>::max());
+  return static_cast<unsigned>(std::min<std::uint64_t>(n, limit));
 }
 
 void read_retry_policy(const json& v, const std::string& path, const status_lookup& statuses,

@@ -4,7 +4,7 @@
 //
 // Properties: nothing but std::invalid_argument is thrown; its message starts with a JSON path
 // (`$`, or `key`, `key.key`, `key[3]`, `["odd key"]` ...) followed by ": ", and is one line of
-// printable ASCII; an accepted service config has policies that validate, at most 5 attempts
+// printable ASCII under 1000 bytes; an accepted service config has policies that validate, at most 5 attempts
 // (A6's limit) and at least 2 for a retry or hedge, one attempt otherwise, a throttling bucket
 // within (0, 1000] tokens shared by every retrying entry, and a lookup that finds each entry by
 // each of its names (or an entry with the same name listed earlier); an accepted own-form
@@ -90,6 +90,7 @@ void check_message(const std::invalid_argument& e) {
   }
   for (char c : what)
     check(c >= 0x20 && c < 0x7f, "message is not one line of printable ASCII");
+  check(what.size() < 1000, "message of 1000 bytes or more");
 }
 
 const coretry::config::status_table& table() {
