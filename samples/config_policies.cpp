@@ -66,8 +66,8 @@ asio::awaitable<void> run() {
   if (search == nullptr || search->kind != coretry::config::method_kind::hedge)
     throw std::logic_error("inventory.Search has no hedging policy");
   calls = 0;
-  const int found = co_await coretry::hedge_async([&] { return flaky_call(calls); },
-                                                  search->policy, search->hedge);
+  const int found = co_await coretry::hedge_async([&] { return flaky_call(calls); }, search->policy,
+                                                  search->hedge);
   std::printf("inventory.Search/Query (hedged): %d after %d attempts\n", found, calls);
 
   const auto own = coretry::config::read_policy(own_policy, statuses);

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 // coretry::config: gRPC service configs (the examples of gRFC A6 and of grpc-go's retry example,
 // written out here by hand), coretry's own form, and every refusal's message.
-#include <coretry/config/json.hpp>
-
 #include <coretry/breaker.hpp>
 #include <coretry/budget.hpp>
+#include <coretry/config/json.hpp>
 
 #include <doctest/doctest.h>
 
@@ -81,8 +80,6 @@ const std::string a6_retry_fields = R"("maxAttempts": 4, "initialBackoff": ".1s"
 
 } // namespace
 
-TEST_SUITE("config") {
-
 // ---- gRFC A6's examples -------------------------------------------------------------------
 
 TEST_CASE("A6 retry policy: four attempts, .1s to 1s doubling, full jitter, UNAVAILABLE only") {
@@ -128,10 +125,11 @@ TEST_CASE("A6 hedging policy: four attempts .5s apart, three non-fatal codes") {
 
 TEST_CASE("A6 hedging policy with hedgingDelay 0s sends all four at once; absent is 0s too") {
   for (const char* delay : {R"("hedgingDelay": "0s",)", ""}) {
-    const auto sc = read_service_config(std::string(R"({"methodConfig": [{"name": [{}],
-        "hedgingPolicy": {"maxAttempts": 4, )") + delay +
-                                            R"( "nonFatalStatusCodes": ["UNAVAILABLE", "INTERNAL", "ABORTED"]}}]})",
-                                        table());
+    const auto sc = read_service_config(
+        std::string(R"({"methodConfig": [{"name": [{}],
+        "hedgingPolicy": {"maxAttempts": 4, )") +
+            delay + R"( "nonFatalStatusCodes": ["UNAVAILABLE", "INTERNAL", "ABORTED"]}}]})",
+        table());
     CHECK(sc.methods.at(0).hedge.delay == 0ns);
     CHECK(sc.methods.at(0).hedge.max_in_flight == 4);
   }
@@ -146,7 +144,8 @@ TEST_CASE("A6 hedging policy without nonFatalStatusCodes: every failure is fatal
 
 TEST_CASE("A6 retry throttling: a full bucket of 10 tokens, 0.1 back per success, shared") {
   const auto sc = read_service_config(R"({
-      "methodConfig": [{"name": [{"service": "a"}], "retryPolicy": {)" + a6_retry_fields + R"(}},
+      "methodConfig": [{"name": [{"service": "a"}], "retryPolicy": {)" +
+                                          a6_retry_fields + R"(}},
                        {"name": [{"service": "b"}], "hedgingPolicy": {"maxAttempts": 3}},
                        {"name": [{"service": "c"}]}],
       "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}})",
@@ -172,7 +171,8 @@ TEST_CASE("A6's integration example: the fields this reader does not use are ign
       "loadBalancingPolicy": "round_robin",
       "methodConfig": [{
         "name": [{"service": "helloworld.Greeter", "method": "SayHello"}],
-        "retryPolicy": {)" + a6_retry_fields + R"(},
+        "retryPolicy": {)" + a6_retry_fields +
+                                          R"(},
         "waitForReady": true,
         "timeout": "10s",
         "maxRequestMessageBytes": 1024,
@@ -229,19 +229,19 @@ TEST_CASE("A6's limit: maxAttempts above 5 is 5, for retries and hedges; a clien
   const std::string hedge =
       R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 1000000000000}}]})";
   CHECK(read_service_config(hedge, table()).methods.at(0).policy.max_attempts == 5);
+  CHECK(
+      read_service_config(
+          R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 1e300}}]})", table())
+          .methods.at(0)
+          .policy.max_attempts == 5);
   CHECK(read_service_config(
-            R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 1e300}}]})",
-            table())
-            .methods.at(0)
-            .policy.max_attempts == 5);
-  CHECK(read_service_config(
-            R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 3.0}}]})",
-            table())
+            R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 3.0}}]})", table())
             .methods.at(0)
             .policy.max_attempts == 3);
   CHECK(read_service_config(hedge, table()).methods.at(0).hedge.max_in_flight == 5);
-  CHECK(read_service_config(hedge, table(), {.max_attempts_limit = 7}).methods.at(0).policy.max_attempts ==
-        7);
+  CHECK(read_service_config(hedge, table(), {.max_attempts_limit = 7})
+            .methods.at(0)
+            .policy.max_attempts == 7);
 }
 
 TEST_CASE("perAttemptRecvTimeout: an attempt timeout, and timed-out attempts are retried") {
@@ -296,8 +296,8 @@ TEST_CASE("name matching: the exact method, then the service, then the default e
   CHECK(sc.policy_for("svc", "List").deadline == 2s);
   CHECK(sc.policy_for("svc", "List").max_attempts == 1);
 
-  const auto none = read_service_config(R"({"methodConfig": [{"name": [{"service": "a"}]}]})",
-                                        table());
+  const auto none =
+      read_service_config(R"({"methodConfig": [{"name": [{"service": "a"}]}]})", table());
   CHECK(none.find("b", "x") == nullptr);
   CHECK(none.policy_for("b", "x").max_attempts == 1);
   CHECK(read_service_config("{}", table()).methods.empty());
@@ -357,21 +357,24 @@ TEST_CASE("A6's rules, each refused with its path and value") {
   CHECK(retry(R"("maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
       "backoffMultiplier": 2)") ==
         "methodConfig[0].retryPolicy.retryableStatusCodes: missing (required)");
-  CHECK(retry(R"("maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
+  CHECK(
+      retry(R"("maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
       "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE", "BUSY"])") ==
-        R"(methodConfig[0].retryPolicy.retryableStatusCodes[1]: "BUSY" is not in the status table)");
+      R"(methodConfig[0].retryPolicy.retryableStatusCodes[1]: "BUSY" is not in the status table)");
   CHECK(retry(R"("maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
       "backoffMultiplier": 2, "retryableStatusCodes": [17])") ==
         "methodConfig[0].retryPolicy.retryableStatusCodes[0]: 17 is not a gRPC status code (0 to "
         "16)");
-  CHECK(retry(R"("maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
+  CHECK(
+      retry(R"("maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
       "backoffMultiplier": 2, "retryableStatusCodes": ["OK"])") ==
-        R"(methodConfig[0].retryPolicy.retryableStatusCodes[0]: "OK" maps to success in the status table)");
+      R"(methodConfig[0].retryPolicy.retryableStatusCodes[0]: "OK" maps to success in the status table)");
   CHECK(retry(R"("maxAttempts": 2, "MaxAttempts": 3)") ==
         "methodConfig[0].retryPolicy.maxAttempts: repeats methodConfig[0].retryPolicy.MaxAttempts");
 
   CHECK(grpc_error(R"({"methodConfig": [{"name": [{}],
-      "retryPolicy": {)" + a6_retry_fields + R"(},
+      "retryPolicy": {)" +
+                   a6_retry_fields + R"(},
       "hedgingPolicy": {"maxAttempts": 2}}]})") ==
         "methodConfig[0]: has both retryPolicy and hedgingPolicy (at most one is allowed)");
   CHECK(grpc_error(R"({"methodConfig": [{"hedgingPolicy": {"maxAttempts": 1}}]})") ==
@@ -402,11 +405,13 @@ TEST_CASE("durations refused: not a string, no unit, another unit, a sign, too m
 TEST_CASE("names, throttling and the document itself refused with their paths") {
   CHECK(grpc_error(R"({"methodConfig": [{"name": [{"method": "Get"}]}]})") ==
         R"(methodConfig[0].name[0].method: "Get" names a method without a service)");
-  CHECK(grpc_error(R"({"methodConfig": [{"name": [{"service": "a"}]},
+  CHECK(
+      grpc_error(R"({"methodConfig": [{"name": [{"service": "a"}]},
       {"name": [{"service": "b"}, {"service": "a"}]}]})") ==
-        R"(methodConfig[1].name[1]: names service "a", method "" again (first at methodConfig[0].name[0]))");
-  CHECK(grpc_error(R"({"methodConfig": [{"name": [{}]}, {"name": [{"service": ""}]}]})") ==
-        R"(methodConfig[1].name[0]: names service "", method "" again (first at methodConfig[0].name[0]))");
+      R"(methodConfig[1].name[1]: names service "a", method "" again (first at methodConfig[0].name[0]))");
+  CHECK(
+      grpc_error(R"({"methodConfig": [{"name": [{}]}, {"name": [{"service": ""}]}]})") ==
+      R"(methodConfig[1].name[0]: names service "", method "" again (first at methodConfig[0].name[0]))");
   CHECK(grpc_error(R"({"methodConfig": [{"name": [{"service": 7}]}]})") ==
         "methodConfig[0].name[0].service: 7 is not a string");
   CHECK(grpc_error(R"({"methodConfig": {}})") == "methodConfig: an object is not an array");
@@ -436,8 +441,8 @@ TEST_CASE("names, throttling and the document itself refused with their paths") 
 }
 
 TEST_CASE("A6's three decimals of tokenRatio, and a ratio above maxTokens fills the bucket") {
-  const auto sc = read_service_config(R"({"retryThrottling": {"maxTokens": 4, "tokenRatio": 9}})",
-                                      table());
+  const auto sc =
+      read_service_config(R"({"retryThrottling": {"maxTokens": 4, "tokenRatio": 9}})", table());
   for (int i = 0; i < 4; ++i)
     sc.throttling->on_failure(0ns);
   sc.throttling->on_success(0ns);
@@ -567,10 +572,12 @@ TEST_CASE("own form refusals: unknown fields, wrong values, coretry's own ranges
   CHECK(own_error(R"({"deadline": "0s"})") == R"(deadline: "0s" is not positive)");
   CHECK(own_error(R"({"deadline": "10 s"})") ==
         R"(deadline: "10 s" is not a duration (such as "100ms", "1.5s"))");
-  CHECK(own_error(R"({"preset": "fast"})") ==
-        R"(preset: "fast" is not a preset (default, overload_safe, overload_safe_per_endpoint, retry_forever, cloud_storage))");
+  CHECK(
+      own_error(R"({"preset": "fast"})") ==
+      R"(preset: "fast" is not a preset (default, overload_safe, overload_safe_per_endpoint, retry_forever, cloud_storage))");
   CHECK(own_error(R"({"when_open": "later"})") == R"(when_open: "later" is not fail or wait)");
-  CHECK(own_error(R"({"retry_on": ["NOPE"]})") == R"(retry_on[0]: "NOPE" is not in the status table)");
+  CHECK(own_error(R"({"retry_on": ["NOPE"]})") ==
+        R"(retry_on[0]: "NOPE" is not in the status table)");
   CHECK(own_error(R"({"backoff": {"kind": "fixed", "initial": "1s", "delay": "1s"}})") ==
         "backoff.initial: is not a parameter of a fixed backoff");
   CHECK(own_error(R"({"backoff": {"kind": "cubic"}})") ==
@@ -578,10 +585,12 @@ TEST_CASE("own form refusals: unknown fields, wrong values, coretry's own ranges
   CHECK(own_error(R"({"backoff": {"kind": "exponential", "initial": "1s", "multiplier": 0.5}})") ==
         "backoff.multiplier: 0.5 is out of range (coretry::backoff::exponential: multiplier = "
         "0.500000 (must be in [1, 1000]))");
-  CHECK(own_error(R"({"backoff": {"kind": "exponential", "initial": "1s", "jitter": "pink"}})") ==
-        R"(backoff.jitter: "pink" is not a jitter (none, full, equal, decorrelated, normal, additive))");
+  CHECK(
+      own_error(R"({"backoff": {"kind": "exponential", "initial": "1s", "jitter": "pink"}})") ==
+      R"(backoff.jitter: "pink" is not a jitter (none, full, equal, decorrelated, normal, additive))");
   CHECK(own_error(R"({"breaker": {"failure_ratio": 1.5}})") ==
-        "breaker.failure_ratio: 1.5 is out of range (coretry::circuit_breaker_options: failure_ratio = "
+        "breaker.failure_ratio: 1.5 is out of range (coretry::circuit_breaker_options: "
+        "failure_ratio = "
         "1.500000 (must be in [0, 1]))");
   CHECK(own_error(R"({"backoff": {"kind": "linear", "initial": "0s", "step": "1s", "max": "1s",
       "jitter": "decorrelated"}})") ==
@@ -601,5 +610,3 @@ TEST_CASE("own form refusals: unknown fields, wrong values, coretry's own ranges
   CHECK(own_error("{\"label\": 1,}").rfind("$: malformed JSON at line 1, column 13 (byte 12)", 0) ==
         0);
 }
-
-} // TEST_SUITE

@@ -5,10 +5,9 @@
 // Every refusal is std::invalid_argument("<path>: <value> <rule>"), the path in the
 // `methodConfig[0].retryPolicy.maxAttempts` spelling ("$" for the document itself, `["..."]`
 // for a key that is not an identifier). test/fuzz/config_fuzz.cpp checks that shape.
-#include <coretry/config/json.hpp>
-
 #include <coretry/breaker.hpp>
 #include <coretry/budget.hpp>
+#include <coretry/config/json.hpp>
 #include <coretry/presets.hpp>
 
 #include <algorithm>
@@ -32,10 +31,10 @@ using json = nlohmann::json;
 using std::chrono::nanoseconds;
 
 constexpr std::array<std::string_view, 17> grpc_codes = {
-    "OK",          "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-    "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",    "INTERNAL",
-    "UNAVAILABLE", "DATA_LOSS",         "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 // ---- paths and messages -------------------------------------------------------------------
 
@@ -103,7 +102,8 @@ std::string fold(std::string_view key) {
 
 class fields {
 public:
-  fields(const json& v, std::string path, naming mode, std::initializer_list<std::string_view> known)
+  fields(const json& v, std::string path, naming mode,
+         std::initializer_list<std::string_view> known)
       : path_(std::move(path)), known_(known), found_(known.size()) {
     if (!v.is_object())
       fail(path_, show(v) + " is not an object");
@@ -125,9 +125,7 @@ public:
     }
   }
 
-  const json* get(std::string_view name) const {
-    return found_[index(name)].value;
-  }
+  const json* get(std::string_view name) const { return found_[index(name)].value; }
   const json& need(std::string_view name) const {
     const json* v = get(name);
     if (v == nullptr)
@@ -214,8 +212,9 @@ bool boolean(const json& v, const std::string& path) {
 // "h". Refused: a sign, no digit, an unknown unit, more than fits in int64 nanoseconds.
 nanoseconds duration(const json& v, const std::string& path, naming mode) {
   const std::string& s = text(v, path);
-  const char* const form = mode == naming::grpc ? " is not a duration (such as \"0.1s\")"
-                                                : " is not a duration (such as \"100ms\", \"1.5s\")";
+  const char* const form = mode == naming::grpc
+                               ? " is not a duration (such as \"0.1s\")"
+                               : " is not a duration (such as \"100ms\", \"1.5s\")";
   if (!s.empty() && s[0] == '-')
     fail(path, literal(s) + " is negative");
   std::size_t i = 0;
@@ -259,8 +258,8 @@ nanoseconds duration(const json& v, const std::string& path, naming mode) {
   if (!digits || unit_ns == 0)
     fail(path, literal(s) + form);
   constexpr auto limit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  const std::uint64_t frac_ns =
-      unit_ns >= 1'000'000'000 ? fraction * (unit_ns / 1'000'000'000) : fraction * unit_ns / 1'000'000'000;
+  const std::uint64_t frac_ns = unit_ns >= 1'000'000'000 ? fraction * (unit_ns / 1'000'000'000)
+                                                         : fraction * unit_ns / 1'000'000'000;
   if (too_long || whole_part > (limit - frac_ns) / unit_ns)
     fail(path, literal(s) + " is too long (at most 9223372036s)");
   return nanoseconds(static_cast<std::int64_t>(whole_part * unit_ns + frac_ns));
@@ -322,8 +321,8 @@ std::function<bool(const std::error_code&)> retry_on(std::vector<std::error_code
 
 // Runs `make`, turning a refusal of coretry's own types ("coretry::x: field = value (rule)")
 // into one naming the JSON path: the field's own when the message names a field of `f`.
-template <class Make> auto build(const fields& f, std::initializer_list<std::string_view> names,
-                                 Make make) {
+template <class Make>
+auto build(const fields& f, std::initializer_list<std::string_view> names, Make make) {
   try {
     return make();
   } catch (const std::invalid_argument& e) {
@@ -380,7 +379,8 @@ void read_retry_policy(const json& v, const std::string& path, const status_look
   if (const json* c = f.get("retryableStatusCodes"))
     codes = status_codes(*c, f.path("retryableStatusCodes"), statuses);
   if (const json* t = f.get("perAttemptRecvTimeout")) {
-    out.policy.attempt_timeout = positive_duration(*t, f.path("perAttemptRecvTimeout"), naming::grpc);
+    out.policy.attempt_timeout =
+        positive_duration(*t, f.path("perAttemptRecvTimeout"), naming::grpc);
     codes.push_back(make_error_code(errc::attempt_timeout));
   } else if (codes.empty()) {
     if (!f.has("retryableStatusCodes"))
@@ -390,7 +390,8 @@ void read_retry_policy(const json& v, const std::string& path, const status_look
   // A6: random(0, min(initial * multiplier^(n-1), max)). An initial backoff above the cap gives
   // the cap on every retry, which exponential(max, ...) gives too.
   out.policy.backoff = build(f, {}, [&] {
-    return backoff::exponential(std::min(initial, max), multiplier, max).with_jitter(jitter::full());
+    return backoff::exponential(std::min(initial, max), multiplier, max)
+        .with_jitter(jitter::full());
   });
   out.policy.retry_if = retry_on(std::move(codes));
   out.kind = method_kind::retry;
@@ -476,8 +477,8 @@ jitter read_jitter(const json& v, const std::string& path) {
       return jitter::additive();
     const std::optional<jitter_kind> kind = parse_jitter_kind(name);
     if (!kind)
-      fail(path, literal(name) +
-                     " is not a jitter (none, full, equal, decorrelated, normal, additive)");
+      fail(path,
+           literal(name) + " is not a jitter (none, full, equal, decorrelated, normal, additive)");
     return jitter{*kind};
   }
   const fields f(v, path, naming::exact, {"kind", "relative_stddev", "max_extra", "truncated"});
@@ -666,7 +667,7 @@ retry_policy preset(const json& v, const std::string& path) {
   if (name == "cloud_storage")
     return presets::cloud_storage();
   fail(path, literal(name) + " is not a preset (default, overload_safe, "
-                            "overload_safe_per_endpoint, retry_forever, cloud_storage)");
+                             "overload_safe_per_endpoint, retry_forever, cloud_storage)");
 }
 
 policy_config read_own(const json& doc, const status_lookup& statuses) {
@@ -793,7 +794,7 @@ void check_unique_names(const service_config& sc, const std::string& path) {
 
 status_lookup lookup_in(const status_table& table) {
   return [&table](std::string_view name) -> std::optional<std::error_code> {
-    const auto it = table.find(name);
+    const auto it = table.find(std::string(name));
     if (it == table.end())
       return std::nullopt;
     return it->second;

@@ -38,7 +38,7 @@ namespace coretry::config {
 using status_lookup = std::function<std::optional<std::error_code>(std::string_view name)>;
 
 /// The same as a table.
-using status_table = std::map<std::string, std::error_code, std::less<>>;
+using status_table = std::map<std::string, std::error_code>;
 
 /// A `status_lookup` reading `table` (which must outlive it).
 CORETRY_API status_lookup lookup_in(const status_table& table);
@@ -117,8 +117,7 @@ struct grpc_options {
 /// `retryableStatusCodes`, both policies in one entry, `maxTokens` outside (0, 1000],
 /// `tokenRatio` not positive), a status the table does not know, a name given twice, or a
 /// value coretry cannot represent (a `backoffMultiplier` below 1 or above 1000).
-CORETRY_API service_config read_service_config(std::string_view json,
-                                               const status_lookup& statuses,
+CORETRY_API service_config read_service_config(std::string_view json, const status_lookup& statuses,
                                                grpc_options options = {});
 /// As above, with a table.
 CORETRY_API service_config read_service_config(std::string_view json, const status_table& statuses,

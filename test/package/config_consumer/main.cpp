@@ -18,7 +18,8 @@ int main() {
           "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}})",
       statuses);
   const coretry::retry_policy policy = config.policy_for("s", "m");
-  if (policy.max_attempts != 5 || !policy.retry_if(make_error_code(std::errc::connection_refused)) ||
+  if (policy.max_attempts != 5 ||
+      !policy.retry_if(make_error_code(std::errc::connection_refused)) ||
       policy.budget != config.throttling) {
     std::fputs("unexpected policy\n", stderr);
     return 1;
