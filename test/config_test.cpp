@@ -421,6 +421,8 @@ TEST_CASE("names, throttling and the document itself refused with their paths") 
         "retryThrottling.maxTokens: 0 is not positive");
   CHECK(grpc_error(R"({"retryThrottling": {"maxTokens": 1001, "tokenRatio": 0.1}})") ==
         "retryThrottling.maxTokens: 1001 is above 1000");
+  CHECK(grpc_error(R"({"retryThrottling": {"maxTokens": 0.0004, "tokenRatio": 0.1}})") ==
+        "retryThrottling.maxTokens: 0.0004 is below 0.001 once rounded to three decimals");
   CHECK(grpc_error(R"({"retryThrottling": {"maxTokens": 10, "tokenRatio": 0}})") ==
         "retryThrottling.tokenRatio: 0 is not positive");
   CHECK(grpc_error(R"({"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.0004}})") ==

@@ -452,6 +452,9 @@ std::shared_ptr<token_bucket_budget> read_throttling(const json& v, const std::s
     fail(f.path("maxTokens"), show(mt) + " is not positive");
   if (max_tokens > 1000)
     fail(f.path("maxTokens"), show(mt) + " is above 1000");
+  // The bucket keeps thousandths of a token, as A6 keeps three decimals of the ratio.
+  if (std::round(max_tokens * 1000) <= 0)
+    fail(f.path("maxTokens"), show(mt) + " is below 0.001 once rounded to three decimals");
   const json& tr = f.need("tokenRatio");
   const double ratio = number(tr, f.path("tokenRatio"));
   if (!(ratio > 0))
