@@ -20,5 +20,7 @@ coretry_install_packages() {
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes): the fuzz targets, built and run by .ci/fuzz.
 # libboost1.81-dev: the Boost.Asio flavour (the tsan build).
 # prometheus-cpp-dev: coretry::prometheus, its scrape test and samples/metrics_service.
+# nlohmann-json3-dev: coretry::config, its tests, samples/config_policies and its fuzz target.
 CORETRY_PACKAGES=(cmake make g++ pkg-config doxygen libasio-dev libcurl4-openssl-dev doctest-dev gnuplot-nox
-  nginx-light openssl clang-14 clang libclang-rt-14-dev libboost1.81-dev prometheus-cpp-dev)
+  nginx-light openssl clang-14 clang libclang-rt-14-dev libboost1.81-dev prometheus-cpp-dev
+  nlohmann-json3-dev)

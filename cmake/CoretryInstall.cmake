@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: BSL-1.0
 # Install rules, the CMake config package and the pkg-config files.
-#  - find_package(coretry CONFIG [COMPONENTS curl prometheus]) gives coretry::coretry and, when
-#    they were built, coretry::curl (component "curl") and coretry::prometheus ("prometheus");
-#  - pkg-config coretry / coretry-curl give the same compile and link lines.
+#  - find_package(coretry CONFIG [COMPONENTS curl prometheus config]) gives coretry::coretry and,
+#    when they were built, coretry::curl (component "curl"), coretry::prometheus ("prometheus")
+#    and coretry::config ("config");
+#  - pkg-config coretry / coretry-curl / coretry-prometheus / coretry-config-json give the same
+#    compile and link lines (coretry::config's file is coretry-config-json.pc: a
+#    coretry-config.pc would read as the pkg-config twin of CMake's coretry-config.cmake).
 # Included when CORETRY_INSTALL is ON, as a subproject too: a parent project that installs and
 # exports its own targets linking coretry::coretry needs coretry's targets in an export set.
 include(GNUInstallDirs)
@@ -15,6 +18,9 @@ if(CORETRY_BUILD_CURL)
 endif()
 if(CORETRY_WITH_PROMETHEUS)
   list(APPEND _coretry_targets coretry_prometheus)
+endif()
+if(CORETRY_WITH_CONFIG)
+  list(APPEND _coretry_targets coretry_config)
 endif()
 
 install(TARGETS ${_coretry_targets} EXPORT coretry-targets
@@ -68,6 +74,12 @@ if(CORETRY_WITH_PROMETHEUS)
   configure_file(cmake/coretry-prometheus.pc.in "${PROJECT_BINARY_DIR}/pkgconfig/coretry-prometheus.pc"
     @ONLY)
   install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/coretry-prometheus.pc"
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
+if(CORETRY_WITH_CONFIG)
+  configure_file(cmake/coretry-config-json.pc.in
+    "${PROJECT_BINARY_DIR}/pkgconfig/coretry-config-json.pc" @ONLY)
+  install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/coretry-config-json.pc"
     DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 endif()
 if(CORETRY_BUILD_CURL)

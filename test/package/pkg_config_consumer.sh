@@ -4,8 +4,8 @@
 # it, run under AddressSanitizer (which reports any Asio memory allocated one way and freed the
 # other across the program and coretry's library).
 # Usage: pkg_config_consumer.sh INSTALL_PREFIX SOURCE OUTPUT_DIR [CXX [MODULE]]
-# MODULE is the pkg-config module the source needs: coretry-curl (the default) or
-# coretry-prometheus.
+# MODULE is the pkg-config module the source needs: coretry-curl (the default),
+# coretry-prometheus or coretry-config-json.
 set -euo pipefail
 prefix=$1 src=$2 out=$3 cxx=${4:-g++} module=${5:-coretry-curl}
 mkdir -p "$out"
