@@ -32,19 +32,6 @@ multi_limits limits_of(const client_options& o) {
 constexpr long default_streams = 100; // libcurl's CURLMOPT_MAX_CONCURRENT_STREAMS default
 constexpr std::size_t max_known_origins = 4096;
 
-// "scheme://authority" of an absolute URL, lowercased (userinfo and all kept: it only keys a
-// cache); the URL itself when it has no "://".
-std::string origin_of(std::string_view url) {
-  auto begin = url.find("://");
-  std::size_t end =
-      begin == std::string_view::npos ? url.size() : url.find_first_of("/?#", begin + 3);
-  std::string o(url.substr(0, std::min(end, url.size())));
-  for (char& c : o)
-    if (c >= 'A' && c <= 'Z')
-      c = static_cast<char>(c - 'A' + 'a');
-  return o;
-}
-
 // Whether a transfer to `origin` may be carried over HTTP/2 under option `v`.
 bool may_use_http2(http_version_option v, std::string_view origin) {
   switch (v) {
@@ -65,6 +52,19 @@ void global_init() {
 }
 
 } // namespace
+
+std::string origin_of(std::string_view url) {
+  // userinfo and all kept: a difference anywhere in the authority is another origin, for the
+  // HTTP/2 cache as for the fields a redirect drops.
+  auto begin = url.find("://");
+  std::size_t end =
+      begin == std::string_view::npos ? url.size() : url.find_first_of("/?#", begin + 3);
+  std::string o(url.substr(0, std::min(end, url.size())));
+  for (char& c : o)
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c - 'A' + 'a');
+  return o;
+}
 
 client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
     : executor_(std::move(ex)), options_(effective(o)),
@@ -322,7 +322,7 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
     learn(*t, effective ? std::string_view(effective) : std::string_view());
   }
   std::string location;
-  if (!ec && follows_itself(t->req)) {
+  if (!ec && t->req.follow_redirects) {
     char* target = nullptr;
     if (curl_easy_getinfo(easy, CURLINFO_REDIRECT_URL, &target) == CURLE_OK && target)
       location = target;
@@ -340,38 +340,54 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
   finish(std::move(t), ec);
 }
 
-// The rules of RFC 9110, section 15.4, as browsers and curl's --post301/302/303 apply them,
-// for the methods libcurl does not follow itself (see follows_itself): 303 turns the request
-// into a GET without body; 301, 302, 307 and 308 keep its method and body (only a POST, which
-// libcurl follows, becomes a GET on 301 and 302). Credentials and a caller's Host
-// do not follow to another origin.
+bool is_origin_field(std::string_view name) noexcept {
+  return iequals(name, "Authorization") || iequals(name, "Cookie") ||
+         iequals(name, "Proxy-Authorization") || iequals(name, "Host");
+}
+
+bool is_body_field(std::string_view name) noexcept {
+  constexpr std::string_view content = "Content-";
+  return (name.size() > content.size() && iequals(name.substr(0, content.size()), content)) ||
+         iequals(name, "Transfer-Encoding") || iequals(name, "Expect") || iequals(name, "Digest") ||
+         iequals(name, "Trailer");
+}
+
+void redirect_request(request& r, long status, std::string_view from, std::string location) {
+  const bool to_get =
+      status == 303 ? r.method != "HEAD" : (status == 301 || status == 302) && r.method == "POST";
+  if (to_get) {
+    r.method = "GET";
+    r.body.clear();
+    std::erase_if(r.headers, [](const auto& h) { return is_body_field(h.first); });
+  }
+  if (origin_of(location) != origin_of(from))
+    std::erase_if(r.headers, [](const auto& h) { return is_origin_field(h.first); });
+  r.url = std::move(location);
+}
+
+// Every redirect is followed here, none by libcurl (CURLOPT_FOLLOWLOCATION stays off). libcurl
+// 7.88 honours CURLOPT_FRESH_CONNECT on the first hop only, so a POST it followed through a 307
+// went out on pooled connections, and was resent on each dead one; it keeps a caller's
+// Proxy-Authorization across origins and its Host on another port, and a caller's
+// Content-Length on the GET a 303 makes. Here each hop is a transfer of its own, set up like
+// the first (configure_easy), and one rule (redirect_request) decides what it sends.
 void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
-  const int status = static_cast<int>(t->resp.status);
   ++t->hops;
-  // request::timeout covers the whole chain, as it does for the redirects libcurl follows.
+  // request::timeout covers the whole chain.
   t->spent += std::chrono::steady_clock::now() - t->started;
   if (t->req.timeout.count() > 0 && t->spent >= t->req.timeout) {
     set_abort(*t, make_error_code(errc::operation_timedout),
-              "request::timeout expired during the redirects the client follows itself");
+              "request::timeout expired during the redirects");
     const std::error_code ec = t->abort_error;
     finish(std::move(t), ec);
     return;
   }
-  if (status == 303) {
-    t->req.method = "GET";
-    t->req.body.clear();
-  }
-  if (origin_of(location) != t->origin)
-    std::erase_if(t->req.headers, [](const auto& h) {
-      return iequals(h.first, "Authorization") || iequals(h.first, "Cookie") ||
-             iequals(h.first, "Proxy-Authorization") || iequals(h.first, "Host");
-    });
-  t->req.url = std::move(location);
+  const std::string from = t->req.url;
+  redirect_request(t->req, t->resp.status, from, std::move(location));
   free_headers(*t);
   t->resp = {};
   t->headers = {};
-  // header_bytes goes on counting: max_response_headers covers every hop, as for libcurl's own
-  // redirects.
+  // header_bytes goes on counting: max_response_headers covers every hop.
   t->error_buffer[0] = '\0';
   start_or_queue(std::move(t));
 }
@@ -395,6 +411,15 @@ std::error_code outcome(transfer& t, CURLcode result) {
               "300 KiB a block)");
     return t.abort_error;
   }
+  // A proxy that refuses the tunnel (its answer to CONNECT is not 2xx: 403, 407, ...) fails
+  // the transfer as CURLE_RECV_ERROR in 7.88, "CONNECT tunnel failed, response 407": the error
+  // of a connection reset, which is retried. The proxy will refuse again: CURLE_PROXY instead,
+  // which is not.
+  long connect_code = 0;
+  if (result == CURLE_RECV_ERROR && t.easy &&
+      curl_easy_getinfo(t.easy, CURLINFO_HTTP_CONNECTCODE, &connect_code) == CURLE_OK &&
+      connect_code != 0 && (connect_code < 200 || connect_code > 299))
+    return make_error_code(errc::proxy_refused);
   return {result, curl_category()};
 }
 
