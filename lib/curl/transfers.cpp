@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 // The queue and pool of transfers under the connection limit: submit, start, cancel, finish.
+// Who may start when: admission.cpp; where a redirect goes next: redirect.cpp.
 
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/error.hpp>
@@ -29,21 +30,6 @@ multi_limits limits_of(const client_options& o) {
           o.max_streams_per_connection};
 }
 
-constexpr long default_streams = 100; // libcurl's CURLMOPT_MAX_CONCURRENT_STREAMS default
-constexpr std::size_t max_known_origins = 4096;
-
-// Whether a transfer to `origin` may be carried over HTTP/2 under option `v`.
-bool may_use_http2(http_version_option v, std::string_view origin) {
-  switch (v) {
-  case http_version_option::http1_1:
-    return false;
-  case http_version_option::http2_tls:
-    return origin.starts_with("https://");
-  default:
-    return true;
-  }
-}
-
 void global_init() {
   // Once per process, before any handle, and thread-safe through the static's initialization.
   static const CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -52,19 +38,6 @@ void global_init() {
 }
 
 } // namespace
-
-std::string origin_of(std::string_view url) {
-  // userinfo and all kept: a difference anywhere in the authority is another origin, for the
-  // HTTP/2 cache as for the fields a redirect drops.
-  auto begin = url.find("://");
-  std::size_t end =
-      begin == std::string_view::npos ? url.size() : url.find_first_of("/?#", begin + 3);
-  std::string o(url.substr(0, std::min(end, url.size())));
-  for (char& c : o)
-    if (c >= 'A' && c <= 'Z')
-      c = static_cast<char>(c - 'A' + 'a');
-  return o;
-}
 
 client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
     : executor_(std::move(ex)), options_(effective(o)),
@@ -76,18 +49,7 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
   defaults_.options = &options_;
   plain_headers_.reset(plain_header_lines(&options_)); // null (out of memory): per transfer
   defaults_.plain_headers = plain_headers_.get();
-  if (options_.max_concurrent_requests > 0) {
-    capacity_ = options_.max_concurrent_requests;
-  } else if (options_.max_total_connections > 0) {
-    by_connections_ = true;
-    streams_ = static_cast<std::size_t>(options_.max_streams_per_connection > 0
-                                            ? options_.max_streams_per_connection
-                                            : default_streams);
-    const auto connections = static_cast<std::size_t>(options_.max_total_connections);
-    // Saturated: a product beyond what a size_t holds is still a limit (an HTTP/1.1 transfer
-    // still costs a whole connection), never "no limit".
-    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : SIZE_MAX;
-  }
+  init_admission();
 }
 
 std::shared_ptr<client_impl> client_impl::create(asio::any_io_executor ex,
@@ -153,32 +115,6 @@ void client_impl::start_or_queue(std::shared_ptr<transfer> t) {
     return;
   }
   start(std::move(t));
-}
-
-bool client_impl::admit(transfer& t) {
-  const auto known = multiplexes_.find(t.origin);
-  const bool http2 = may_use_http2(options_.http_version, t.origin);
-  // An origin unknown yet may speak HTTP/2: wait for its first connection (PIPEWAIT) rather
-  // than open one per transfer. One known to answer over HTTP/1.1 gets no wait: PIPEWAIT would
-  // only serialize its connection set-ups.
-  t.pipewait = http2 && (known == multiplexes_.end() || known->second);
-  // A transfer that must not be sent twice gets a fresh connection (CURLOPT_FRESH_CONNECT, see
-  // easy_setup.cpp) even to an HTTP/2 origin: it costs a whole connection.
-  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req) &&
-                      !t.req.fresh_connection;
-  t.cost = !by_connections_ ? 1 : shares ? 1 : streams_;
-  return capacity_ == 0 || used_ + t.cost <= capacity_;
-}
-
-void client_impl::learn(const transfer& t, std::string_view effective_url) {
-  // The version is the last hop's: after redirects, that of the origin the last response came
-  // from, not the first URL's.
-  const std::string origin = effective_url.empty() ? t.origin : origin_of(effective_url);
-  if (t.resp.version == http_version::unknown || !may_use_http2(options_.http_version, origin))
-    return;
-  if (multiplexes_.size() >= max_known_origins && !multiplexes_.contains(origin))
-    multiplexes_.clear();
-  multiplexes_[origin] = t.resp.version == http_version::http2;
 }
 
 void client_impl::start(std::shared_ptr<transfer> t) {
@@ -338,58 +274,6 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
     }
   }
   finish(std::move(t), ec);
-}
-
-bool is_origin_field(std::string_view name) noexcept {
-  return iequals(name, "Authorization") || iequals(name, "Cookie") ||
-         iequals(name, "Proxy-Authorization") || iequals(name, "Host");
-}
-
-bool is_body_field(std::string_view name) noexcept {
-  constexpr std::string_view content = "Content-";
-  return (name.size() > content.size() && iequals(name.substr(0, content.size()), content)) ||
-         iequals(name, "Transfer-Encoding") || iequals(name, "Expect") || iequals(name, "Digest") ||
-         iequals(name, "Trailer");
-}
-
-void redirect_request(request& r, long status, std::string_view from, std::string location) {
-  const bool to_get =
-      status == 303 ? r.method != "HEAD" : (status == 301 || status == 302) && r.method == "POST";
-  if (to_get) {
-    r.method = "GET";
-    r.body.clear();
-    std::erase_if(r.headers, [](const auto& h) { return is_body_field(h.first); });
-  }
-  if (origin_of(location) != origin_of(from))
-    std::erase_if(r.headers, [](const auto& h) { return is_origin_field(h.first); });
-  r.url = std::move(location);
-}
-
-// Every redirect is followed here, none by libcurl (CURLOPT_FOLLOWLOCATION stays off). libcurl
-// 7.88 honours CURLOPT_FRESH_CONNECT on the first hop only, so a POST it followed through a 307
-// went out on pooled connections, and was resent on each dead one; it keeps a caller's
-// Proxy-Authorization across origins and its Host on another port, and a caller's
-// Content-Length on the GET a 303 makes. Here each hop is a transfer of its own, set up like
-// the first (configure_easy), and one rule (redirect_request) decides what it sends.
-void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
-  ++t->hops;
-  // request::timeout covers the whole chain.
-  t->spent += std::chrono::steady_clock::now() - t->started;
-  if (t->req.timeout.count() > 0 && t->spent >= t->req.timeout) {
-    set_abort(*t, make_error_code(errc::operation_timedout),
-              "request::timeout expired during the redirects");
-    const std::error_code ec = t->abort_error;
-    finish(std::move(t), ec);
-    return;
-  }
-  const std::string from = t->req.url;
-  redirect_request(t->req, t->resp.status, from, std::move(location));
-  free_headers(*t);
-  t->resp = {};
-  t->headers = {};
-  // header_bytes goes on counting: max_response_headers covers every hop.
-  t->error_buffer[0] = '\0';
-  start_or_queue(std::move(t));
 }
 
 std::error_code outcome(transfer& t, CURLcode result) {
