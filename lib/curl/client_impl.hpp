@@ -40,7 +40,9 @@ public:
   bool open() const noexcept { return !shut_.load(std::memory_order_acquire); }
 
   // With mutex_ held:
-  void start_or_queue(std::shared_ptr<transfer> t);
+  /// Starts `t` if it fits, else queues it: last, or first when it is the `next_hop` of a
+  /// redirect.
+  void start_or_queue(std::shared_ptr<transfer> t, bool next_hop = false);
   void cancel(const std::shared_ptr<transfer>& t);
   void finish(std::shared_ptr<transfer> t, std::error_code ec);
 

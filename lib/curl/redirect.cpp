@@ -62,7 +62,7 @@ void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
   t->headers = {};
   // header_bytes goes on counting: max_response_headers covers every hop.
   t->error_buffer[0] = '\0';
-  start_or_queue(std::move(t));
+  start_or_queue(std::move(t), true);
 }
 
 } // namespace coretry::curl::detail

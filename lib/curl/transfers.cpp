@@ -102,15 +102,21 @@ void client_impl::shutdown() {
   stats_.pooled.value.store(0, std::memory_order_relaxed);
 }
 
-void client_impl::start_or_queue(std::shared_ptr<transfer> t) {
+void client_impl::start_or_queue(std::shared_ptr<transfer> t, bool next_hop) {
   if (!open()) {
     finish(std::move(t), coretry::detail::aborted_error());
     return;
   }
   t->origin = origin_of(t->req.url);
-  if (!queue_.empty() || !admit(*t)) { // in order: nobody overtakes the queue
+  // In order: nobody overtakes the queue, except the next hop of a redirect, which continues a
+  // request admitted already (it just gave back its share): it waits at the front, not behind
+  // every request that arrived since its first hop.
+  if ((!next_hop && !queue_.empty()) || !admit(*t)) {
     t->state = transfer_state::queued;
-    queue_.push_back(std::move(t));
+    if (next_hop)
+      queue_.push_front(std::move(t));
+    else
+      queue_.push_back(std::move(t));
     stats_.queued.add(1);
     return;
   }

@@ -796,7 +796,8 @@ TEST_CASE("nginx http2: a version learned through a redirect is the last hop's o
   CHECK(a.ok == n);
   CHECK(a.timed_out == 0);
   // Each hop is a transfer of its own (the client follows every redirect itself, issue 32):
-  // the HTTP/1.1 hops take a connection each, the HTTP/2 hops a stream of the shared one.
+  // an HTTP/1.1 hop takes a connection's share, an HTTP/2 hop a stream's, so more transfers
+  // than connections may be in libcurl at once, never more connections than allowed.
   CHECK(a.peak_open <= 4);
 }
 

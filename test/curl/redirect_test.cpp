@@ -276,3 +276,30 @@ TEST_CASE("the redirect rule: origins differ by scheme, host or port") {
       CHECK(r.body.empty());
   }
 }
+
+TEST_CASE("the next hop of a redirect does not wait behind requests queued since its first") {
+  // Each hop is a transfer of its own; it continues a request admitted already, so it goes
+  // first when the client's queue is full, as when libcurl followed redirects inside one
+  // transfer.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_chooser([](std::size_t, const coretry::test::received_request& r) {
+    if (r.target == "/a")
+      return http_action{
+          .status = 307, .headers = {{"Location", "/a2"}}, .body = "", .delay = 100ms};
+    return http_action::ok(r.target);
+  });
+  client c(io.get_executor(), {.max_concurrent_requests = 1});
+  int done = 0;
+  auto a = get(server.url("/a"));
+  a.follow_redirects = true;
+  c.async_perform(a, [&](auto, auto) { ++done; });
+  for (const char* path : {"/b", "/c"})
+    c.async_perform(get(server.url(path)), [&](auto, auto) { ++done; });
+  run_until(io, [&] { return done == 3; });
+  REQUIRE(server.log().size() == 4);
+  CHECK(server.log()[0].target == "/a");
+  CHECK(server.log()[1].target == "/a2");
+  CHECK(server.log()[2].target == "/b");
+  CHECK(server.log()[3].target == "/c");
+}
