@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 // coretry::curl::client and the entry points its header uses: creating, submitting and
-// cancelling transfers, the counters. The layers below: transfers.cpp (queue and pool),
-// easy_setup.cpp (request to easy handle), driver.cpp (libcurl's multi handle on Asio, and the
-// serialization rule).
+// cancelling transfers, the counters. The layers below: transfers.cpp (queue and pool, with
+// admission.cpp and redirect.cpp), easy_setup.cpp (request to easy handle), driver.cpp and
+// driver_sockets.cpp (libcurl's multi handle on Asio, and the serialization rule).
 
 #include <coretry/curl/client.hpp>
 #include <coretry/detail/asio.hpp>

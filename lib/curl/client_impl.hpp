@@ -40,7 +40,9 @@ public:
   bool open() const noexcept { return !shut_.load(std::memory_order_acquire); }
 
   // With mutex_ held:
-  void start_or_queue(std::shared_ptr<transfer> t);
+  /// Starts `t` if it fits, else queues it: last, or first when it is the `next_hop` of a
+  /// redirect.
+  void start_or_queue(std::shared_ptr<transfer> t, bool next_hop = false);
   void cancel(const std::shared_ptr<transfer>& t);
   void finish(std::shared_ptr<transfer> t, std::error_code ec);
 
@@ -52,11 +54,13 @@ private:
   client_impl(asio::any_io_executor ex, const client_options& o);
   void start(std::shared_ptr<transfer> t);
   void start_queued();
+  /// Sets capacity_, streams_ and by_connections_ from options_ (admission.cpp).
+  void init_admission();
   /// Sets `t.pipewait` and `t.cost` from what is known of its origin; whether it fits now.
   bool admit(transfer& t);
   void learn(const transfer& t, std::string_view effective_url);
   void release_easy(transfer& t);
-  /// Starts `t` again towards `location` (a redirect the client follows itself).
+  /// Starts `t` again towards `location`, its next hop (redirect.cpp).
   void redirect(std::shared_ptr<transfer> t, std::string location);
   void transfer_done(CURL* easy, CURLcode result) override;
   void transfers_freed() override;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <new>
@@ -113,14 +114,27 @@ long curl_ssl_version(tls_version v) noexcept {
   }
 }
 
+// The options of one TLS handshake: the origin's (CURLOPT_CAINFO, ...) or an HTTPS proxy's
+// (CURLOPT_PROXY_CAINFO, ...), which libcurl keeps apart and leaves at its defaults unless told.
+struct tls_option_names {
+  CURLoption cainfo, capath, cainfo_blob, sslcert, sslkey, sslversion, verifypeer, verifyhost;
+};
+constexpr tls_option_names origin_tls{
+    CURLOPT_CAINFO, CURLOPT_CAPATH,     CURLOPT_CAINFO_BLOB,    CURLOPT_SSLCERT,
+    CURLOPT_SSLKEY, CURLOPT_SSLVERSION, CURLOPT_SSL_VERIFYPEER, CURLOPT_SSL_VERIFYHOST};
+constexpr tls_option_names proxy_tls{CURLOPT_PROXY_CAINFO,         CURLOPT_PROXY_CAPATH,
+                                     CURLOPT_PROXY_CAINFO_BLOB,    CURLOPT_PROXY_SSLCERT,
+                                     CURLOPT_PROXY_SSLKEY,         CURLOPT_PROXY_SSLVERSION,
+                                     CURLOPT_PROXY_SSL_VERIFYPEER, CURLOPT_PROXY_SSL_VERIFYHOST};
+
 // Trust and identity. Verification stays at libcurl's defaults (peer and host on) unless the
 // caller chose the insecure option by name. The blob is copied: the handle may be reused from
 // the pool after the request that held it is gone.
-CURLcode configure_tls(CURL* e, const tls_options& tls) {
+CURLcode configure_tls(CURL* e, const tls_options& tls, const tls_option_names& opt) {
   CURLcode rc = CURLE_OK;
-  auto set = [&](CURLoption opt, auto value) {
+  auto set = [&](CURLoption option, auto value) {
     if (rc == CURLE_OK)
-      rc = curl_easy_setopt(e, opt, value);
+      rc = curl_easy_setopt(e, option, value);
   };
   // A CA given by the caller replaces every built-in source: Debian's libcurl otherwise still
   // trusts its compiled-in bundle (CAINFO /etc/ssl/certs/ca-certificates.crt) and directory
@@ -128,25 +142,25 @@ CURLcode configure_tls(CURL* e, const tls_options& tls) {
   // CURL_CA_FALLBACK (Debian's) then loads nothing else, not even OpenSSL's default paths.
   const bool pinned = !tls.ca_file.empty() || !tls.ca_path.empty() || !tls.ca_blob.empty();
   if (!tls.ca_file.empty())
-    set(CURLOPT_CAINFO, tls.ca_file.c_str());
+    set(opt.cainfo, tls.ca_file.c_str());
   else if (pinned)
-    set(CURLOPT_CAINFO, static_cast<const char*>(nullptr));
+    set(opt.cainfo, static_cast<const char*>(nullptr));
   if (!tls.ca_path.empty())
-    set(CURLOPT_CAPATH, tls.ca_path.c_str());
+    set(opt.capath, tls.ca_path.c_str());
   else if (pinned)
-    set(CURLOPT_CAPATH, static_cast<const char*>(nullptr));
+    set(opt.capath, static_cast<const char*>(nullptr));
   if (!tls.ca_blob.empty()) {
     curl_blob blob{const_cast<char*>(tls.ca_blob.data()), tls.ca_blob.size(), CURL_BLOB_COPY};
-    set(CURLOPT_CAINFO_BLOB, &blob);
+    set(opt.cainfo_blob, &blob);
   }
   if (!tls.client_cert.empty())
-    set(CURLOPT_SSLCERT, tls.client_cert.c_str());
+    set(opt.sslcert, tls.client_cert.c_str());
   if (!tls.client_key.empty())
-    set(CURLOPT_SSLKEY, tls.client_key.c_str());
-  set(CURLOPT_SSLVERSION, curl_ssl_version(tls.min_version));
+    set(opt.sslkey, tls.client_key.c_str());
+  set(opt.sslversion, curl_ssl_version(tls.min_version));
   if (tls.insecure_skip_verify) {
-    set(CURLOPT_SSL_VERIFYPEER, 0L);
-    set(CURLOPT_SSL_VERIFYHOST, 0L);
+    set(opt.verifypeer, 0L);
+    set(opt.verifyhost, 0L);
   }
   return rc;
 }
@@ -206,10 +220,6 @@ void set_abort(transfer& t, std::error_code ec, const char* what) noexcept {
   std::snprintf(t.abort_detail, sizeof t.abort_detail, "coretry: %s", what);
 }
 
-bool follows_itself(const request& r) noexcept {
-  return r.follow_redirects && r.method != "GET" && r.method != "HEAD" && r.method != "POST";
-}
-
 void free_headers(transfer& t) noexcept {
   if (t.header_list) {
     curl_slist_free_all(t.header_list);
@@ -245,8 +255,13 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   set(CURLOPT_ERRORBUFFER, t.error_buffer);
   t.max_body = defaults.max_body;
   t.max_headers = defaults.max_headers;
-  // An announced Content-Length over the limit fails before any byte of body is stored.
-  if (t.max_body > 0 && t.max_body <= static_cast<std::size_t>(INT64_MAX))
+  const client_options* o = defaults.options;
+  // An announced Content-Length over the limit fails before any byte of body is stored. Not
+  // when decoding: the Content-Length of an encoded body counts encoded bytes (incompressible
+  // data grows under gzip), while the limit counts what the caller gets, the decoded bytes,
+  // which write_body checks as they arrive.
+  const bool decoding = o && o->decompress;
+  if (t.max_body > 0 && t.max_body <= static_cast<std::size_t>(INT64_MAX) && !decoding)
     set(CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(t.max_body));
   set(CURLOPT_HTTP_VERSION, curl_http_version(defaults.http_version));
   // Without it, concurrent transfers to a host whose first connection is still being set up
@@ -255,9 +270,22 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   if (t.pipewait)
     set(CURLOPT_PIPEWAIT, 1L);
   if (rc == CURLE_OK)
-    rc = configure_tls(e, t.req.tls ? *t.req.tls : *defaults.tls);
+    rc = configure_tls(e, t.req.tls ? *t.req.tls : *defaults.tls, origin_tls);
+  // An HTTPS proxy's handshake is verified with the client's settings (not a request's: those
+  // are for its origin); libcurl would otherwise use its built-in CA bundle and no certificate.
+  if (rc == CURLE_OK && o && (!o->proxy.empty() || o->proxy_from_environment))
+    rc = configure_tls(e, *defaults.tls, proxy_tls);
+  // Connection set-up (name lookup, TCP, proxy CONNECT, TLS handshake) moves no body bytes, and
+  // libcurl's stall check (CURLOPT_LOW_SPEED_*) runs only once the request is sent: without a
+  // bound of its own a handshake that never completes waited libcurl's default 300 s. Unless
+  // the request sets its own, the set-up gets the client's stall_timeout: silence that long
+  // ends it.
   if (r.connect_timeout.count() > 0)
     set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
+  else if (o && o->stall_timeout.count() > 0)
+    set(CURLOPT_CONNECTTIMEOUT_MS,
+        static_cast<long>(std::min<std::int64_t>(o->stall_timeout.count(), LONG_MAX / 1000) *
+                          1000));
   if (r.timeout.count() > 0) {
     // What the earlier hops of a redirect the client follows itself left (at least 1 ms:
     // client_impl::redirect fails the request once nothing is left).
@@ -269,21 +297,14 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
   // body). The server may have acted on the first copy, so a request that must not be sent
   // twice (see may_retry) never starts on a reused connection: then there is nothing to resend.
   // So does one asked for a new connection (request::fresh_connection: the retry after an
-  // error that may have broken the connection it used).
+  // error that may have broken the connection it used). libcurl 7.88 honours
+  // CURLOPT_FRESH_CONNECT for the first hop of a transfer only (url.c ignores it once it
+  // follows a Location): that is one reason why libcurl never follows redirects here, the
+  // client does (client_impl::redirect), each hop a transfer of its own, set up here.
   if (!may_retry(r) || r.fresh_connection)
     set(CURLOPT_FRESH_CONNECT, 1L);
-  // libcurl follows GET, HEAD and POST as browsers and curl's own tool do (POST becomes GET on
-  // 301, 302 and 303, stays POST with its body on 307 and 308). Any other method is followed
-  // by the client (client_impl::redirect).
-  t.headers.follows = r.follow_redirects && !follows_itself(r);
-  if (t.headers.follows) {
-    set(CURLOPT_FOLLOWLOCATION, 1L);
-    // Less the hops the client followed itself before (a PUT that a 303 made a GET).
-    set(CURLOPT_MAXREDIRS, std::max(r.max_redirects - t.hops, 0L));
-  }
   // A proxy's reply to CONNECT is not a response of the request's (header_lines.hpp).
   set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
-  const client_options* o = defaults.options;
   // Header lines: a request without headers of its own shares the client's list (libcurl
   // keeps a pointer, no copy: it only has to outlive the transfer); any other gets its own.
   const curl_slist* lines = defaults.plain_headers;
@@ -304,7 +325,10 @@ CURLcode configure_easy(transfer& t, const easy_defaults& defaults) {
       set(CURLOPT_PROXY, o->proxy.c_str());
     else if (!o->proxy_from_environment)
       set(CURLOPT_PROXY, "");
-    if (!o->no_proxy.empty())
+    // Set even when empty: libcurl reads no_proxy / NO_PROXY from the environment whenever
+    // CURLOPT_NOPROXY is unset, and those would send traffic around an explicit proxy. Only
+    // when the environment may choose the proxy may it also choose the exceptions.
+    if (!o->no_proxy.empty() || !o->proxy_from_environment || !o->proxy.empty())
       set(CURLOPT_NOPROXY, o->no_proxy.c_str());
     if (o->decompress)
       set(CURLOPT_ACCEPT_ENCODING, "");

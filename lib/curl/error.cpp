@@ -26,6 +26,7 @@ static_assert(static_cast<int>(errc::send_error) == CURLE_SEND_ERROR);
 static_assert(static_cast<int>(errc::recv_error) == CURLE_RECV_ERROR);
 static_assert(static_cast<int>(errc::http2) == CURLE_HTTP2);
 static_assert(static_cast<int>(errc::http2_stream) == CURLE_HTTP2_STREAM);
+static_assert(static_cast<int>(errc::proxy_refused) == CURLE_PROXY);
 static_assert(static_cast<int>(errc::ssl_connect_error) == CURLE_SSL_CONNECT_ERROR);
 static_assert(static_cast<int>(errc::ssl_certproblem) == CURLE_SSL_CERTPROBLEM);
 static_assert(static_cast<int>(errc::peer_failed_verification) == CURLE_PEER_FAILED_VERIFICATION);
@@ -61,6 +62,9 @@ public:
       return "TLS: the server requires a client certificate";
     case CURLE_FILESIZE_EXCEEDED:
       return "response larger than the client accepts (body or header block)";
+    case CURLE_PROXY:
+      return "the proxy refused the connection to the server (CONNECT not answered 2xx, or a "
+             "SOCKS handshake failed)";
     default:
       return curl_easy_strerror(static_cast<CURLcode>(value));
     }

@@ -43,7 +43,9 @@ void add_header_line(header_list& headers, std::string_view line);
 struct header_reader {
   header_list headers{};
   bool in_block = false;
-  /// Whether libcurl follows redirects on this transfer (set before the first line).
+  /// Whether libcurl follows redirects on this transfer (set before the first line). The client
+  /// follows every redirect itself (client_impl::redirect), so it leaves this false; the reader
+  /// handles both.
   bool follows = false;
   /// The status of the current or last block; whether the last response's block ended.
   int status = 0;

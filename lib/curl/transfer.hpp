@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "header_lines.hpp"
@@ -33,7 +34,7 @@ struct transfer {
   bool cancel_requested = false;
   /// Whether it was handed over with CURLOPT_PIPEWAIT (it may share an HTTP/2 connection).
   bool pipewait = false;
-  /// Redirects followed by the client itself so far (see follows_itself).
+  /// Redirects followed so far (see redirect_request).
   long hops = 0;
   /// When the current hop was handed to libcurl, and the time the earlier hops spent there:
   /// `request::timeout` covers them all (configure_easy gives each hop what is left).
@@ -93,10 +94,26 @@ curl_slist* plain_header_lines(const client_options* o);
 /// business, not set here.
 CURLcode configure_easy(transfer& t, const easy_defaults& defaults);
 
-/// Whether the client, not libcurl, follows `r`'s redirects: for methods other than GET, HEAD
-/// and POST, whose rules libcurl 7.88 gets wrong (it keeps the method on a 303 and drops the
-/// body on 301/302/303).
-bool follows_itself(const request& r) noexcept;
+/// Turns `r` into the request of the next hop of a redirect: `status` (3xx) answered it at
+/// `from` (its URL), sending it to `location` (absolute). The one rule for every redirect (the
+/// client follows them all itself, see client_impl::redirect):
+///
+/// - method and body (RFC 9110, section 15.4, as browsers and curl's tool): a 303 makes any
+///   request but a HEAD a GET without body; a 301 or 302 makes a POST a GET without body; any
+///   other keeps its method and body. A request that loses its body loses the fields that
+///   describe it (`is_body_field`): a Content-Length left on a GET made the server wait for a
+///   body that never came;
+/// - fields: to another origin (scheme, host or port differ), the fields that hold credentials
+///   or name the origin (`is_origin_field`) are dropped.
+void redirect_request(request& r, long status, std::string_view from, std::string location);
+
+/// Authorization, Cookie, Proxy-Authorization, Host: fields no redirect carries to another
+/// origin.
+bool is_origin_field(std::string_view name) noexcept;
+/// Content-*, Transfer-Encoding, Expect, Digest, Trailer: fields of a request body.
+bool is_body_field(std::string_view name) noexcept;
+/// "scheme://authority" of an absolute URL, lowercased; the URL itself without "://".
+std::string origin_of(std::string_view url);
 
 /// What a finished transfer completes with: the error a callback recorded, libcurl's result
 /// otherwise, with libcurl's header size failures mapped to `errc::filesize_exceeded` (see

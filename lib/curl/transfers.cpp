@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 // The queue and pool of transfers under the connection limit: submit, start, cancel, finish.
+// Who may start when: admission.cpp; where a redirect goes next: redirect.cpp.
 
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/error.hpp>
@@ -29,34 +30,6 @@ multi_limits limits_of(const client_options& o) {
           o.max_streams_per_connection};
 }
 
-constexpr long default_streams = 100; // libcurl's CURLMOPT_MAX_CONCURRENT_STREAMS default
-constexpr std::size_t max_known_origins = 4096;
-
-// "scheme://authority" of an absolute URL, lowercased (userinfo and all kept: it only keys a
-// cache); the URL itself when it has no "://".
-std::string origin_of(std::string_view url) {
-  auto begin = url.find("://");
-  std::size_t end =
-      begin == std::string_view::npos ? url.size() : url.find_first_of("/?#", begin + 3);
-  std::string o(url.substr(0, std::min(end, url.size())));
-  for (char& c : o)
-    if (c >= 'A' && c <= 'Z')
-      c = static_cast<char>(c - 'A' + 'a');
-  return o;
-}
-
-// Whether a transfer to `origin` may be carried over HTTP/2 under option `v`.
-bool may_use_http2(http_version_option v, std::string_view origin) {
-  switch (v) {
-  case http_version_option::http1_1:
-    return false;
-  case http_version_option::http2_tls:
-    return origin.starts_with("https://");
-  default:
-    return true;
-  }
-}
-
 void global_init() {
   // Once per process, before any handle, and thread-safe through the static's initialization.
   static const CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -76,18 +49,7 @@ client_impl::client_impl(asio::any_io_executor ex, const client_options& o)
   defaults_.options = &options_;
   plain_headers_.reset(plain_header_lines(&options_)); // null (out of memory): per transfer
   defaults_.plain_headers = plain_headers_.get();
-  if (options_.max_concurrent_requests > 0) {
-    capacity_ = options_.max_concurrent_requests;
-  } else if (options_.max_total_connections > 0) {
-    by_connections_ = true;
-    streams_ = static_cast<std::size_t>(options_.max_streams_per_connection > 0
-                                            ? options_.max_streams_per_connection
-                                            : default_streams);
-    const auto connections = static_cast<std::size_t>(options_.max_total_connections);
-    // Saturated: a product beyond what a size_t holds is still a limit (an HTTP/1.1 transfer
-    // still costs a whole connection), never "no limit".
-    capacity_ = connections <= SIZE_MAX / streams_ ? connections * streams_ : SIZE_MAX;
-  }
+  init_admission();
 }
 
 std::shared_ptr<client_impl> client_impl::create(asio::any_io_executor ex,
@@ -140,45 +102,25 @@ void client_impl::shutdown() {
   stats_.pooled.value.store(0, std::memory_order_relaxed);
 }
 
-void client_impl::start_or_queue(std::shared_ptr<transfer> t) {
+void client_impl::start_or_queue(std::shared_ptr<transfer> t, bool next_hop) {
   if (!open()) {
     finish(std::move(t), coretry::detail::aborted_error());
     return;
   }
   t->origin = origin_of(t->req.url);
-  if (!queue_.empty() || !admit(*t)) { // in order: nobody overtakes the queue
+  // In order: nobody overtakes the queue, except the next hop of a redirect, which continues a
+  // request admitted already (it just gave back its share): it waits at the front, not behind
+  // every request that arrived since its first hop.
+  if ((!next_hop && !queue_.empty()) || !admit(*t)) {
     t->state = transfer_state::queued;
-    queue_.push_back(std::move(t));
+    if (next_hop)
+      queue_.push_front(std::move(t));
+    else
+      queue_.push_back(std::move(t));
     stats_.queued.add(1);
     return;
   }
   start(std::move(t));
-}
-
-bool client_impl::admit(transfer& t) {
-  const auto known = multiplexes_.find(t.origin);
-  const bool http2 = may_use_http2(options_.http_version, t.origin);
-  // An origin unknown yet may speak HTTP/2: wait for its first connection (PIPEWAIT) rather
-  // than open one per transfer. One known to answer over HTTP/1.1 gets no wait: PIPEWAIT would
-  // only serialize its connection set-ups.
-  t.pipewait = http2 && (known == multiplexes_.end() || known->second);
-  // A transfer that must not be sent twice gets a fresh connection (CURLOPT_FRESH_CONNECT, see
-  // easy_setup.cpp) even to an HTTP/2 origin: it costs a whole connection.
-  const bool shares = http2 && known != multiplexes_.end() && known->second && may_retry(t.req) &&
-                      !t.req.fresh_connection;
-  t.cost = !by_connections_ ? 1 : shares ? 1 : streams_;
-  return capacity_ == 0 || used_ + t.cost <= capacity_;
-}
-
-void client_impl::learn(const transfer& t, std::string_view effective_url) {
-  // The version is the last hop's: after redirects, that of the origin the last response came
-  // from, not the first URL's.
-  const std::string origin = effective_url.empty() ? t.origin : origin_of(effective_url);
-  if (t.resp.version == http_version::unknown || !may_use_http2(options_.http_version, origin))
-    return;
-  if (multiplexes_.size() >= max_known_origins && !multiplexes_.contains(origin))
-    multiplexes_.clear();
-  multiplexes_[origin] = t.resp.version == http_version::http2;
 }
 
 void client_impl::start(std::shared_ptr<transfer> t) {
@@ -322,7 +264,7 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
     learn(*t, effective ? std::string_view(effective) : std::string_view());
   }
   std::string location;
-  if (!ec && follows_itself(t->req)) {
+  if (!ec && t->req.follow_redirects) {
     char* target = nullptr;
     if (curl_easy_getinfo(easy, CURLINFO_REDIRECT_URL, &target) == CURLE_OK && target)
       location = target;
@@ -338,42 +280,6 @@ void client_impl::transfer_done(CURL* easy, CURLcode result) {
     }
   }
   finish(std::move(t), ec);
-}
-
-// The rules of RFC 9110, section 15.4, as browsers and curl's --post301/302/303 apply them,
-// for the methods libcurl does not follow itself (see follows_itself): 303 turns the request
-// into a GET without body; 301, 302, 307 and 308 keep its method and body (only a POST, which
-// libcurl follows, becomes a GET on 301 and 302). Credentials and a caller's Host
-// do not follow to another origin.
-void client_impl::redirect(std::shared_ptr<transfer> t, std::string location) {
-  const int status = static_cast<int>(t->resp.status);
-  ++t->hops;
-  // request::timeout covers the whole chain, as it does for the redirects libcurl follows.
-  t->spent += std::chrono::steady_clock::now() - t->started;
-  if (t->req.timeout.count() > 0 && t->spent >= t->req.timeout) {
-    set_abort(*t, make_error_code(errc::operation_timedout),
-              "request::timeout expired during the redirects the client follows itself");
-    const std::error_code ec = t->abort_error;
-    finish(std::move(t), ec);
-    return;
-  }
-  if (status == 303) {
-    t->req.method = "GET";
-    t->req.body.clear();
-  }
-  if (origin_of(location) != t->origin)
-    std::erase_if(t->req.headers, [](const auto& h) {
-      return iequals(h.first, "Authorization") || iequals(h.first, "Cookie") ||
-             iequals(h.first, "Proxy-Authorization") || iequals(h.first, "Host");
-    });
-  t->req.url = std::move(location);
-  free_headers(*t);
-  t->resp = {};
-  t->headers = {};
-  // header_bytes goes on counting: max_response_headers covers every hop, as for libcurl's own
-  // redirects.
-  t->error_buffer[0] = '\0';
-  start_or_queue(std::move(t));
 }
 
 std::error_code outcome(transfer& t, CURLcode result) {
@@ -395,6 +301,15 @@ std::error_code outcome(transfer& t, CURLcode result) {
               "300 KiB a block)");
     return t.abort_error;
   }
+  // A proxy that refuses the tunnel (its answer to CONNECT is not 2xx: 403, 407, ...) fails
+  // the transfer as CURLE_RECV_ERROR in 7.88, "CONNECT tunnel failed, response 407": the error
+  // of a connection reset, which is retried. The proxy will refuse again: CURLE_PROXY instead,
+  // which is not.
+  long connect_code = 0;
+  if (result == CURLE_RECV_ERROR && t.easy &&
+      curl_easy_getinfo(t.easy, CURLINFO_HTTP_CONNECTCODE, &connect_code) == CURLE_OK &&
+      connect_code != 0 && (connect_code < 200 || connect_code > 299))
+    return make_error_code(errc::proxy_refused);
   return {result, curl_category()};
 }
 

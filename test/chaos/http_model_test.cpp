@@ -617,3 +617,178 @@ TEST_CASE(
   CHECK(unknown_requests == 0);
   server.stop();
 }
+
+// Keep-alive connections and redirects (issue 32, finding 1): the model above closes every
+// connection, so libcurl never reuses one; here every answer keeps its connection open, and
+// requests of every kind are redirected (301, 302, 303, 307, 308, or not at all) before meeting
+// an answer, a close without reply or a reset. Checked: each request completes once; the hop
+// after a redirect carries the method and body docs/curl.md's table gives; a request that must
+// not be sent twice (a POST or PATCH without Idempotency-Key) reaches the server exactly once at
+// each hop, however many idle connections the cache holds (libcurl silently resends on a reused
+// connection that dies, and followed 307/308 on cached connections itself); the connections
+// were reused (fewer accepted than requests served).
+TEST_CASE("http model: keep-alive reuse, and 307/308 of requests that must not be resent") {
+  const long total = std::max(env_long("CORETRY_HTTP_MODEL_OPS", 1000) / 2, 50L);
+  const auto seed = static_cast<std::uint64_t>(
+      env_long("CORETRY_MODEL_SEED", static_cast<long>(std::random_device{}() >> 1)));
+  std::printf("http keep-alive model: %ld operations, seed %llu\n", total,
+              static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+
+  enum class end : std::uint8_t { ok, close, reset };
+  struct ka_op {
+    std::string method;
+    bool keyed = false; ///< has an Idempotency-Key
+    int redirect = 0;   ///< 0: none
+    end last = end::ok;
+    int completions = 0;
+    std::error_code ec;
+    long status = 0;
+    std::string body;
+    std::vector<coretry::test::received_request> seen[2]; ///< per hop
+  };
+  const char* const methods[] = {"GET", "POST", "POST", "PUT", "PATCH", "DELETE"};
+  const int redirects[] = {0, 301, 302, 303, 307, 307, 308, 308};
+  std::vector<ka_op> ops(static_cast<std::size_t>(total));
+  for (auto& op : ops) {
+    op.method = methods[rng() % std::size(methods)];
+    op.keyed = op.method != "GET" && rng() % 4 == 0;
+    op.redirect = redirects[rng() % std::size(redirects)];
+    const auto e = rng() % 5;
+    op.last = e < 3 ? end::ok : e == 3 ? end::close : end::reset;
+  }
+
+  asio::io_context io(1);
+  coretry::test::http_fault_server server(io.get_executor());
+  long unknown = 0;
+  server.set_chooser([&](std::size_t, const coretry::test::received_request& r) {
+    // "/ka/<id>/<hop>"
+    int id = -1, hop = -1;
+    if (std::sscanf(r.target.c_str(), "/ka/%d/%d", &id, &hop) != 2 || id < 0 ||
+        id >= static_cast<int>(ops.size()) || hop < 0 || hop > 1) {
+      ++unknown;
+      return http_action::with_status(500);
+    }
+    auto& op = ops[static_cast<std::size_t>(id)];
+    op.seen[hop].push_back(r);
+    if (hop == 0 && op.redirect != 0)
+      return http_action{.status = op.redirect,
+                         .headers = {{"Location", "/ka/" + std::to_string(id) + "/1"}},
+                         .body = "moved"};
+    switch (op.last) {
+    case end::close:
+      return http_action::close();
+    case end::reset:
+      return http_action::reset();
+    default:
+      return http_action::ok("done " + std::to_string(id));
+    }
+  });
+  curl::client client(io.get_executor(), {.max_total_connections = 16,
+                                          .http_version = curl::http_version_option::http1_1});
+
+  const long window = 12;
+  long next = 0, done = 0;
+  std::function<void()> start_next = [&] {
+    if (next >= total)
+      return;
+    const auto id = next++;
+    auto& op = ops[static_cast<std::size_t>(id)];
+    curl::request req;
+    req.method = op.method;
+    req.url = server.url("/ka/" + std::to_string(id) + "/0");
+    if (op.method != "GET")
+      req.body = "payload " + std::to_string(id);
+    if (op.keyed)
+      req.headers = {{"Idempotency-Key", std::to_string(id)}};
+    req.follow_redirects = true;
+    req.timeout = 10s; // a safety net only: nothing here hangs
+    client.async_perform(std::move(req), [&, id](std::error_code ec, curl::response r) {
+      auto& o = ops[static_cast<std::size_t>(id)];
+      if (++o.completions == 1) {
+        o.ec = ec;
+        o.status = r.status;
+        o.body = std::move(r.body);
+        ++done;
+        asio::post(io, [&] { start_next(); });
+      }
+    });
+  };
+  for (long i = 0; i < std::min(window, total); ++i)
+    start_next();
+  const auto limit = steady::now() + 120s;
+  while (done < total && steady::now() < limit)
+    io.run_one_for(100ms);
+  const bool stuck = done < total;
+  io.run_for(50ms);
+
+  std::vector<std::string> failures;
+  std::size_t served = 0;
+  for (std::size_t id = 0; id < ops.size(); ++id) {
+    const auto& op = ops[id];
+    const bool redirected = op.redirect != 0;
+    const int last_hop = redirected ? 1 : 0;
+    // What the last hop sends (docs/curl.md): 303 makes a GET; 301/302 make a POST a GET.
+    std::string then = op.method;
+    if (op.redirect == 303 || ((op.redirect == 301 || op.redirect == 302) && op.method == "POST"))
+      then = "GET";
+    const bool once_first = !curl::is_idempotent(op.method) && !op.keyed;
+    const bool once_last = !curl::is_idempotent(then) && !op.keyed;
+    std::vector<std::string> why;
+    if (op.completions != 1)
+      why.push_back("completed " + std::to_string(op.completions) + " times");
+    if (op.seen[0].empty())
+      why.push_back("never reached the server");
+    if (once_first && op.seen[0].size() != 1)
+      why.push_back("first hop sent " + std::to_string(op.seen[0].size()) + " times");
+    if (redirected && !op.seen[0].empty()) {
+      if (op.seen[1].empty())
+        why.push_back("redirect not followed");
+      if (once_last && op.seen[1].size() > 1)
+        why.push_back("redirected hop of a request that must not be resent sent " +
+                      std::to_string(op.seen[1].size()) + " times");
+      for (const auto& r : op.seen[1]) {
+        if (r.method != then)
+          why.push_back("redirected as " + r.method + ", expected " + then);
+        const bool body = then != "GET";
+        if (body != !r.body.empty() || (then == "GET" && !r.header("Content-Length").empty() &&
+                                        r.header("Content-Length") != "0"))
+          why.push_back("redirected hop with a body " + std::to_string(r.body.size()) +
+                        " bytes, Content-Length \"" + r.header("Content-Length") + "\"");
+      }
+    }
+    if (!redirected && !op.seen[1].empty())
+      why.push_back("a hop nobody asked for");
+    if (op.completions == 1 && !op.seen[static_cast<std::size_t>(last_hop)].empty()) {
+      if (op.last == end::ok) {
+        if (op.ec || op.status != 200 || op.body != "done " + std::to_string(id))
+          why.push_back("expected its answer, got " + op.ec.message() + " " +
+                        std::to_string(op.status));
+      } else if (!error_fits(fault::reset, op.ec)) {
+        why.push_back("expected a connection error, got " + op.ec.message());
+      }
+    }
+    served += op.seen[0].size() + op.seen[1].size();
+    if (!why.empty()) {
+      std::string all;
+      for (const auto& w : why)
+        all += (all.empty() ? "" : "; ") + w;
+      failures.push_back("op " + std::to_string(id) + " " + op.method + (op.keyed ? "+key" : "") +
+                         " redirect " + std::to_string(op.redirect) + " then " +
+                         (op.last == end::ok      ? "ok"
+                          : op.last == end::close ? "close"
+                                                  : "reset") +
+                         ": " + all);
+    }
+  }
+  std::printf("http keep-alive model: %zu requests served over %zu connections\n", served,
+              server.accepted());
+  for (std::size_t i = 0; i < failures.size() && i < 20; ++i)
+    std::printf("http keep-alive model FAILURE (seed %llu): %s\n",
+                static_cast<unsigned long long>(seed), failures[i].c_str());
+  CHECK_MESSAGE(!stuck, "seed " << seed);
+  CHECK_MESSAGE(failures.empty(), "seed " << seed);
+  CHECK(unknown == 0);
+  CHECK(server.accepted() < served); // keep-alive connections were reused
+  server.stop();
+}

@@ -22,6 +22,9 @@ TEST_CASE("transient transport errors are retryable, permanent ones are not") {
   CHECK_FALSE(is_retryable(errc::unsupported_protocol));
   CHECK_FALSE(is_retryable(errc::couldnt_resolve_host));
   CHECK_FALSE(is_retryable(errc::too_many_redirects));
+  CHECK_FALSE(is_retryable(errc::proxy_refused)); // the proxy refuses the tunnel again
+  CHECK_FALSE(breaks_connection(errc::proxy_refused));
+  CHECK(make_error_code(errc::proxy_refused).message().find("proxy refused") != std::string::npos);
   CHECK_FALSE(is_retryable(coretry::test::operation_aborted));
   CHECK_FALSE(is_retryable(std::error_code()));
 }

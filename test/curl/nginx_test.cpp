@@ -795,5 +795,36 @@ TEST_CASE("nginx http2: a version learned through a redirect is the last hop's o
           " ms");
   CHECK(a.ok == n);
   CHECK(a.timed_out == 0);
-  CHECK(a.peak_active <= 4);
+  // Each hop is a transfer of its own (the client follows every redirect itself, issue 32):
+  // an HTTP/1.1 hop takes a connection's share, an HTTP/2 hop a stream's, so more transfers
+  // than connections may be in libcurl at once, never more connections than allowed.
+  CHECK(a.peak_open <= 4);
+}
+
+TEST_CASE("nginx https: an HTTPS proxy's handshake uses the client's tls settings") {
+  // Issue 32, finding 5: no CURLOPT_PROXY_CA* option was set, so an HTTPS proxy was verified
+  // against the system bundle alone, and a client certificate never reached it. nginx stands
+  // in for the proxy: a plain http:// URL goes to an HTTPS proxy as an absolute-form request
+  // over TLS, which nginx answers itself.
+  if (!nginx_installed())
+    return;
+  nginx_server nginx("https_proxy", tls_server("  ssl_verify_client on;\n"
+                                               "  ssl_client_certificate @CERTS@/ca.pem;\n"));
+  asio::io_context io;
+  auto with_cert = trusting_file();
+  with_cert.client_cert = certs().client_cert.string();
+  with_cert.client_key = certs().client_key.string();
+  client_options o;
+  o.tls = with_cert;
+  o.proxy = nginx.url("", true);
+  client c(io.get_executor(), o);
+  auto out = perform_on(io, c, get("http://origin.invalid/"));
+  CHECK_MESSAGE(!out.ec, out.ec.message(), ": ", out.r.error_detail);
+  CHECK(out.r.status == 200);
+  CHECK(out.r.body == "secure\n");
+  // Without the client's CA the proxy is not trusted.
+  client_options untrusted;
+  untrusted.proxy = nginx.url("", true);
+  client u(io.get_executor(), untrusted);
+  CHECK(perform_on(io, u, get("http://origin.invalid/")).ec == errc::peer_failed_verification);
 }

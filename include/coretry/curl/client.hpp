@@ -94,6 +94,8 @@ struct CORETRY_CURL_API client_options {
   /// `CURLOPT_LOW_SPEED_TIME`; libcurl checks once a second, so whole seconds). A slow-loris
   /// server then cannot hold a request without an overall `request::timeout` forever. Default
   /// 60 s under 1 byte/s, that is a minute of silence; 0 s turns the check off. Not negative.
+  /// libcurl checks no stall before the request is sent, so this also bounds connection set-up
+  /// (TCP, proxy `CONNECT`, TLS handshake) of a request without a `request::connect_timeout`.
   std::chrono::seconds stall_timeout{60};
   long stall_min_bytes_per_second = 1; ///< at least 1
   /// `Expect: 100-continue`. 0 (the default): never sent, a body goes out at once with its
@@ -104,10 +106,13 @@ struct CORETRY_CURL_API client_options {
   std::chrono::milliseconds expect_continue_timeout{0};
   /// The proxy for every request (`CURLOPT_PROXY`), e.g. "http://proxy.example:3128" or
   /// "socks5h://127.0.0.1:1080"; it must name its scheme. Empty (the default): no proxy,
-  /// unless `proxy_from_environment`.
+  /// unless `proxy_from_environment`. An "https://" proxy is verified with `tls` (its CA
+  /// settings, client certificate, minimum version). A proxy that refuses the tunnel fails the
+  /// request with `errc::proxy_refused`, never retried.
   std::string proxy{};
   /// Hosts reached without the proxy (`CURLOPT_NOPROXY`: comma-separated names, domains,
-  /// addresses, "*" for all).
+  /// addresses, "*" for all). Set even when empty: the environment's `no_proxy` / `NO_PROXY`
+  /// then do not apply (unless `proxy_from_environment` and no `proxy`).
   std::string no_proxy{};
   /// Whether the environment may choose a proxy when `proxy` is empty: `http_proxy`,
   /// `https_proxy`, `all_proxy` and `no_proxy` (libcurl's reading of them). Default false: the
@@ -117,7 +122,8 @@ struct CORETRY_CURL_API client_options {
   /// Sends `Accept-Encoding` with every encoding this libcurl decodes (gzip, deflate, br, zstd,
   /// as built) and decodes the body (`CURLOPT_ACCEPT_ENCODING` ""). `max_response_body` counts
   /// the decoded bytes, so a compression bomb stops at the limit. Default false: no
-  /// `Accept-Encoding` is sent and the body is returned as received.
+  /// `Accept-Encoding` is sent and the body is returned as received. With it, a body is not
+  /// refused for its announced Content-Length, which counts encoded bytes.
   bool decompress = false;
   /// Per-endpoint breakers, budgets and sending rates for `retry`, `async_retry`, `hedge` and
   /// `async_hedge` on this client: each request's entry is the registry's entry for the origin

@@ -48,6 +48,11 @@ enum class errc {
   /// CURLE_SSL_CACERT_BADFILE: the CA file, directory or blob could not be loaded.
   ssl_cacert_badfile = 77,
   http2_stream = 92, ///< CURLE_HTTP2_STREAM (one HTTP/2 stream reset, e.g. REFUSED_STREAM)
+  /// CURLE_PROXY: the proxy refused to open the tunnel to the origin (its answer to `CONNECT`
+  /// was not 2xx, e.g. 403 Forbidden or 407 Proxy Authentication Required; libcurl's detail
+  /// names the status), or a SOCKS handshake failed. Never retried: the proxy answers the same
+  /// way again.
+  proxy_refused = 97,
 };
 
 /// Whether `ec` is a TLS failure in `curl_category()` (handshake, verification, certificate

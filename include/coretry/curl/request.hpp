@@ -92,7 +92,9 @@ struct CORETRY_CURL_API request {
   header_list headers{};
   /// The request body, sent as is (with a Content-Length).
   std::string body{};
-  /// Connection set-up limit; zero means libcurl's default (300 s). Must not be negative.
+  /// Connection set-up limit (name lookup, TCP, proxy `CONNECT`, TLS handshake:
+  /// `CURLOPT_CONNECTTIMEOUT`). Zero means the client's `client_options::stall_timeout` (60 s by
+  /// default), or libcurl's default (300 s) when that is 0 too. Must not be negative.
   std::chrono::milliseconds connect_timeout{0};
   /// Limit on the whole transfer from the moment it starts on the network; zero means none.
   /// Must not be negative. Time spent waiting in the client's own queue
@@ -100,7 +102,11 @@ struct CORETRY_CURL_API request {
   /// with `errc::operation_timedout`. It covers every redirect followed, by libcurl or by the
   /// client itself.
   std::chrono::milliseconds timeout{0};
-  /// Follow 3xx redirects (at most `max_redirects`; beyond, `errc::too_many_redirects`).
+  /// Follow 3xx redirects (at most `max_redirects`; beyond, `errc::too_many_redirects`). The
+  /// client follows them itself, each hop a transfer of its own: a 303 (and a 301 or 302 of a
+  /// POST) makes the request a GET without body or body fields (`Content-*`, ...); to another
+  /// origin the caller's `Authorization`, `Cookie`, `Proxy-Authorization` and `Host` are
+  /// dropped; a request that must not be sent twice goes out on a new connection at every hop.
   bool follow_redirects = false;
   /// Redirects followed at most when `follow_redirects` is set; 0 or more (default 10).
   long max_redirects = 10;
