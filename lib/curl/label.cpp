@@ -36,6 +36,21 @@ std::string part(const curlu& u, CURLUPart what, unsigned flags, bool* ok = null
   return s;
 }
 
+// "scheme://" at the start (RFC 3986 scheme syntax): the client sends nothing else (it refuses a
+// URL libcurl would guess a scheme for, easy_setup.cpp), so nothing else has an origin.
+bool absolute(std::string_view url) noexcept {
+  const auto end = url.find("://");
+  if (end == std::string_view::npos || end == 0)
+    return false;
+  const auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (!alpha(url[0]))
+    return false;
+  for (const char c : url.substr(1, end - 1))
+    if (!alpha(c) && !(c >= '0' && c <= '9') && c != '+' && c != '-' && c != '.')
+      return false;
+  return true;
+}
+
 void lower_ascii(std::string& s) {
   for (char& c : s)
     if (c >= 'A' && c <= 'Z')
@@ -48,13 +63,15 @@ parsed_origin parse_origin(std::string_view url) {
   const std::string text(url);
   if (text.find('\0') != std::string::npos)
     return {std::nullopt, "a NUL character"};
+  if (!absolute(text))
+    return {std::nullopt, "no scheme:// (the client sends only absolute URLs)"};
   const curlu u(curl_url(), &curl_url_cleanup);
   if (!u)
     return {std::nullopt, "out of memory"};
   // The flags libcurl itself parses CURLOPT_URL with (url.c, parseurlandfillconn, with no
   // CURLOPT_DEFAULT_PROTOCOL, CURLOPT_PATH_AS_IS or CURLOPT_DISALLOW_USERNAME_IN_URL set, as
-  // the client sets none): the same scheme guess, the same host normalisation (IPv4 numbers in
-  // any base and any count of parts, IPv6 in its short form), the same refusals.
+  // the client sets none): the same host normalisation (IPv4 numbers in any base and any count
+  // of parts, IPv6 in its short form when shorter), the same refusals.
   if (const CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, text.c_str(),
                                         CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME);
       rc != CURLUE_OK)

@@ -15,8 +15,8 @@ namespace coretry::curl {
 /// The origin (scheme, host, port) libcurl connects to for `url`, read by libcurl's own URL
 /// parser with the flags libcurl applies to `CURLOPT_URL`, so that every spelling libcurl
 /// sends to one place gives one `endpoint`:
-/// - the scheme lowercased, guessed as libcurl guesses it when absent (`http`, or `ftp` for a
-///   host starting with `ftp.`, which the client then refuses to send);
+/// - the scheme lowercased (a URL without `scheme://` has no origin: the client sends only
+///   absolute URLs);
 /// - an IPv4 address in dotted-quad form whatever its spelling (`127.1`, `2130706433`,
 ///   `0x7f000001`, `127.000.000.001` are all `127.0.0.1`); an IPv6 address in its RFC 5952 form,
 ///   in brackets, with its zone (`[fe80::1%25eth0]`);
@@ -26,8 +26,9 @@ namespace coretry::curl {
 ///   `setlocale(LC_ALL, "")` in a UTF-8 locale; otherwise the name as written, lowercased);
 /// - the port always given (the scheme's default when the URL has none: http 80, https 443).
 ///
-/// The userinfo, path, query and fragment are never part of it. `std::nullopt` when libcurl
-/// cannot parse `url`, or it has no host, port 0, or no port and a scheme without a default.
+/// The userinfo, path, query and fragment are never part of it. `std::nullopt` when `url` has no
+/// `scheme://`, libcurl cannot parse it, or it has no host, port 0, or no port and a scheme
+/// without a default: nothing the client would send.
 /// `origin_of(url)->to_string()` is the label `coretry::curl::retry` and `hedge` give an
 /// observer, and the string `endpoint_registry_options::on_evict` receives as
 /// `endpoint::to_string()`; `registry->find(*origin_of(url))` finds the entry the client uses.

@@ -235,8 +235,8 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 /// - With an observer (`policy.observer`), each attempt's event carries the request's method and
 ///   the response's status, and the operation is labelled `scheme://host:port` unless
 ///   `policy.label` is set: `origin_of(req.url)->to_string()` (coretry/curl/origin.hpp, the
-///   origin libcurl connects to, the client's registry key), or `_INVALID` when libcurl cannot
-///   parse the URL. No userinfo, path or query ever reaches a label.
+///   origin libcurl connects to, the client's registry key), or `_INVALID` when the URL has none
+///   (libcurl cannot parse it, no `scheme://`, ...). No userinfo, path or query ever reaches a label.
 /// - `policy.on_retry` sees each retry: its `error` is the transport error, or for a retryable
 ///   status `make_http_status_error(status)` (category `http_status_category()`).
 ///
