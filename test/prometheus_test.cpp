@@ -485,6 +485,14 @@ TEST_CASE("an operation started under _OTHER ends under _OTHER, after forget mad
   CHECK(series_of(*registry, "coretry_operations_total") ==
         std::vector<std::string>{"_OTHER", "http://b:80"});
   CHECK(in_flight(*registry)["http://b:80"] == 0);
+  // A label spelled _OTHER is that series: one count with the operations folded into it.
+  obs.on_operation_started({.label = "_OTHER"});
+  obs.on_operation_started({.label = "http://c:80"}); // no room (b has it): _OTHER
+  CHECK(in_flight(*registry)["_OTHER"] == 2);
+  obs.on_operation_finished({.label = "_OTHER", .attempts = 1});
+  obs.on_operation_finished({.label = "http://c:80", .attempts = 1});
+  CHECK(in_flight(*registry)["_OTHER"] == 0);
+  CHECK(obs.operations() == 1);
 }
 
 TEST_CASE("forget of a label whose operation still runs leaves its in-flight count right") {

@@ -95,11 +95,11 @@ parsed_origin parse_origin(std::string_view url) {
     // libcurl shortens an IPv6 address only when its own form is shorter, so `[::FFFF:7f00:1]`
     // stays as written: one address, one spelling (RFC 5952, as inet_ntop writes it).
     in6_addr a{};
-    char text[INET6_ADDRSTRLEN];
+    char shortest[INET6_ADDRSTRLEN];
     const std::string inner = e.host.substr(1, e.host.size() - 2);
     if (::inet_pton(AF_INET6, inner.c_str(), &a) == 1 &&
-        ::inet_ntop(AF_INET6, &a, text, sizeof text) != nullptr)
-      e.host = "[" + std::string(text) + "]";
+        ::inet_ntop(AF_INET6, &a, shortest, sizeof shortest) != nullptr)
+      e.host = "[" + std::string(shortest) + "]";
     if (const std::string zone = part(u, CURLUPART_ZONEID, 0); !zone.empty())
       e.host.insert(e.host.size() - 1, "%25" + zone);
   } else if (e.host.size() > 1 && e.host.back() == '.') {

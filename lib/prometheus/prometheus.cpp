@@ -282,7 +282,10 @@ struct prometheus_observer::impl {
   using hold = std::shared_lock<std::shared_mutex>;
 
   /// Under `label_mutex`: whether `label` has series of its own, admitting it when there is room.
+  /// A label spelled `_OTHER` is that series (one count of what runs under it).
   bool admit_locked(std::string_view label) {
+    if (label == other)
+      return false;
     if (names.find(label) != names.end())
       return true;
     if (names.size() >= options.max_operations)
