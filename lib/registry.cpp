@@ -20,8 +20,38 @@ namespace {
 using std::chrono::nanoseconds;
 
 [[noreturn]] void bad_url(std::string_view url, const char* rule) {
-  throw std::invalid_argument("coretry::endpoint::from_url: url = \"" + std::string(url) + "\" (" +
+  throw std::invalid_argument("coretry::endpoint::from_url: url = \"" + redact_url(url) + "\" (" +
                               rule + ")");
+}
+
+// RFC 3986: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ).
+bool is_scheme(std::string_view s) noexcept {
+  if (s.empty() || !std::isalpha(static_cast<unsigned char>(s.front())))
+    return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+  });
+}
+
+// `host[:port]` as a URL's authority may be: a bracketed IPv6 literal or a run of host
+// characters, then digits after a colon. What is not (`user:pa` of `user:pa/ss@host`) may be a
+// userinfo cut by a character its writer forgot to percent-encode.
+bool is_host_port(std::string_view a) noexcept {
+  std::string_view port;
+  if (!a.empty() && a.front() == '[') {
+    const auto close = a.find(']');
+    if (close == std::string_view::npos)
+      return false;
+    port = a.substr(close + 1);
+    if (!port.empty() && port.front() != ':')
+      return false;
+  } else if (const auto colon = a.find(':'); colon != std::string_view::npos) {
+    port = a.substr(colon);
+  }
+  if (!port.empty())
+    port.remove_prefix(1);
+  return std::all_of(port.begin(), port.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 std::string lower(std::string_view s) {
@@ -58,6 +88,17 @@ std::string canonical_host(std::string_view url, std::string_view host) {
   }
   if (host.find(':') != std::string_view::npos)
     bad_url(url, "an IPv6 address must be in brackets");
+  // An IPv4 address in any spelling libcurl accepts (and connects to as the same address):
+  // `127.1`, `0x7f000001`, `2130706433`, `0177.0.0.1`, `127.000.000.001`. inet_aton reads the
+  // same forms (the classic BSD ones libcurl's URL parser follows).
+  if (host.find_first_not_of("0123456789abcdefABCDEFxX.") == std::string_view::npos) {
+    const std::string text(host);
+    in_addr a{};
+    char dotted[INET_ADDRSTRLEN];
+    if (::inet_aton(text.c_str(), &a) != 0 &&
+        ::inet_ntop(AF_INET, &a, dotted, sizeof dotted) != nullptr)
+      return dotted;
+  }
   for (const char c : host) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     std::string_view("-._~!$&'()*+,;=%").find(c) != std::string_view::npos;
@@ -74,6 +115,29 @@ nanoseconds steady_now() noexcept {
 }
 
 } // namespace
+
+std::string redact_url(std::string_view url) {
+  std::string out;
+  std::string_view rest = url;
+  if (const auto sep = rest.find("://");
+      sep != std::string_view::npos && is_scheme(rest.substr(0, sep))) {
+    out.append(rest.substr(0, sep + 3));
+    rest.remove_prefix(sep + 3);
+  }
+  const auto end = rest.find_first_of("/?#");
+  std::string_view authority = rest.substr(0, end);
+  const std::string_view tail = end == std::string_view::npos ? "" : rest.substr(end);
+  if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
+    out += "***@";
+    authority.remove_prefix(at + 1);
+  } else if (tail.find('@') != std::string_view::npos && !is_host_port(authority)) {
+    authority = "***";
+  }
+  out.append(authority);
+  if (!tail.empty())
+    out.append(1, tail.front()).append("...");
+  return out;
+}
 
 endpoint endpoint::from_url(std::string_view url) {
   endpoint e;

@@ -431,3 +431,148 @@ TEST_CASE("a registry's breakers report to the observer under their endpoint's l
   entry->breaker->reset(1ns);
   CHECK(gauge_state(*registry, "http://api.example:80") == "closed");
 }
+
+// ---- Issue 32, findings 6 and 9 ------------------------------------------------------------
+
+namespace {
+/// Every `coretry_operations_in_flight` series, `operation` -> value.
+std::map<std::string, double> in_flight(prometheus::Registry& registry) {
+  std::map<std::string, double> out;
+  for (const auto& family : registry.Collect())
+    if (family.name == "coretry_operations_in_flight")
+      for (const auto& m : family.metric)
+        for (const auto& l : m.label)
+          if (l.name == "operation")
+            out[l.value] = m.gauge.value;
+  return out;
+}
+
+coretry::attempt_finished_event http_attempt(std::string_view label, int status) {
+  coretry::attempt_finished_event a;
+  a.label = label;
+  a.attempt = 1;
+  a.http_method = "GET";
+  a.http_status = status;
+  a.outcome = status < 500 ? coretry::attempt_outcome::success : coretry::attempt_outcome::failure;
+  if (status >= 500)
+    a.error = coretry::errc::result_rejected;
+  return a;
+}
+} // namespace
+
+TEST_CASE("an operation started under _OTHER ends under _OTHER, after forget made room") {
+  // Before: the label was chosen again at each event. b started under _OTHER (no room), forget
+  // made room, and b ended under its own label: _OTHER stayed at 1 and b read -1, with nothing
+  // running.
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry, {.max_operations = 1});
+  one_http_operation(obs, "http://a:80", 200);
+  obs.on_operation_started({.label = "http://b:80"}); // no room: _OTHER
+  CHECK(in_flight(*registry)["_OTHER"] == 1);
+  CHECK(obs.forget("http://a:80") > 0); // room now
+  obs.on_attempt_finished(http_attempt("http://b:80", 200));
+  obs.on_operation_finished({.label = "http://b:80", .attempts = 1});
+  const auto gauges = in_flight(*registry);
+  for (const auto& [op, value] : gauges) {
+    CAPTURE(op);
+    CHECK(value == 0);
+  }
+  // Its attempt and its end went where its start did.
+  CHECK(series_of(*registry, "coretry_attempts_total") == std::vector<std::string>{"_OTHER"});
+  CHECK(series_of(*registry, "coretry_operations_total") == std::vector<std::string>{"_OTHER"});
+  // The next operation of b, started with room, has its own label.
+  one_http_operation(obs, "http://b:80", 200);
+  CHECK(series_of(*registry, "coretry_operations_total") ==
+        std::vector<std::string>{"_OTHER", "http://b:80"});
+  CHECK(in_flight(*registry)["http://b:80"] == 0);
+  // A label spelled _OTHER is that series: one count with the operations folded into it.
+  obs.on_operation_started({.label = "_OTHER"});
+  obs.on_operation_started({.label = "http://c:80"}); // no room (b has it): _OTHER
+  CHECK(in_flight(*registry)["_OTHER"] == 2);
+  obs.on_operation_finished({.label = "_OTHER", .attempts = 1});
+  obs.on_operation_finished({.label = "http://c:80", .attempts = 1});
+  CHECK(in_flight(*registry)["_OTHER"] == 0);
+  CHECK(obs.operations() == 1);
+}
+
+TEST_CASE("forget of a label whose operation still runs leaves its in-flight count right") {
+  // Before: forget removed the gauge, and the operation's end decremented a new one to -1.
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry, {.max_operations = 1});
+  obs.on_operation_started({.label = "http://a:80"});
+  obs.on_operation_started({.label = "http://a:80"});
+  CHECK(obs.forget("http://a:80") > 0);
+  CHECK(in_flight(*registry)["http://a:80"] == 2);
+  CHECK(obs.operations() == 1);                       // a keeps its place while it runs
+  obs.on_operation_started({.label = "http://b:80"}); // no room: _OTHER
+  obs.on_operation_finished({.label = "http://a:80", .attempts = 1});
+  CHECK(in_flight(*registry)["http://a:80"] == 1);
+  obs.on_operation_finished({.label = "http://a:80", .attempts = 1});
+  CHECK(in_flight(*registry)["http://a:80"] == 0);
+  CHECK(obs.forget("_OTHER") > 0);
+  CHECK(in_flight(*registry)["_OTHER"] == 1); // b still runs
+  obs.on_operation_finished({.label = "http://b:80", .attempts = 1});
+  CHECK(in_flight(*registry)["_OTHER"] == 0);
+  CHECK(obs.forget("http://a:80") > 0);
+  CHECK(obs.operations() == 0);
+}
+
+TEST_CASE("coretry_operations_in_flight reads 0 once everything ended, whatever forget did") {
+  // Two threads run operations on two labels with room for one, while a third forgets both and
+  // _OTHER: a label chosen at each event moved an operation between series mid-way.
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry, {.max_operations = 1});
+  std::atomic<bool> stop{false};
+  std::atomic<int> reported{0};
+  std::vector<std::thread> reporters;
+  for (const char* label : {"http://a:80", "http://b:80"})
+    reporters.emplace_back([&, label] {
+      while (!stop.load()) {
+        obs.on_operation_started({.label = label});
+        obs.on_attempt_finished(http_attempt(label, 503));
+        obs.on_operation_finished({.label = label, .attempts = 1});
+        reported.fetch_add(1);
+      }
+    });
+  for (int i = 0; reported.load() < 3000; ++i) {
+    obs.forget(i % 2 ? "http://a:80" : "http://b:80");
+    if (i % 3 == 0)
+      obs.forget("_OTHER");
+  }
+  stop = true;
+  for (auto& t : reporters)
+    t.join();
+  for (const auto& [op, value] : in_flight(*registry)) {
+    CAPTURE(op);
+    CHECK(value == 0);
+  }
+}
+
+TEST_CASE("http_response_status_code is a known status or _OTHER, whatever the server sends") {
+  // libcurl hands on any status from 100 to 999. Before: one series set per status, 800
+  // statuses made 13,600 series of http_client_request_duration_seconds.
+  auto registry = std::make_shared<prometheus::Registry>();
+  coretry::prometheus_observer obs(registry);
+  for (int status = 200; status <= 999; ++status)
+    obs.on_attempt_finished(http_attempt("http://a:80", status));
+  const auto statuses =
+      series_of(*registry, "http_client_request_duration_seconds", "http_response_status_code");
+  const auto types = series_of(*registry, "http_client_request_duration_seconds", "error_type");
+  CHECK(statuses.size() <= 64);
+  CHECK(types.size() <= 64);
+  for (const char* known : {"200", "204", "301", "404", "418", "429", "503", "_OTHER"}) {
+    CAPTURE(known);
+    CHECK(std::find(statuses.begin(), statuses.end(), known) != statuses.end());
+  }
+  for (const char* unknown : {"299", "599", "600", "999"}) {
+    CAPTURE(unknown);
+    CHECK(std::find(statuses.begin(), statuses.end(), unknown) == statuses.end());
+    CHECK(std::find(types.begin(), types.end(), unknown) == types.end());
+  }
+  CHECK(std::find(types.begin(), types.end(), "_OTHER") != types.end());
+  std::size_t series = 0;
+  for (const auto& family : registry->Collect())
+    if (family.name == "http_client_request_duration_seconds")
+      series += family.metric.size();
+  CHECK(series <= 64);
+}

@@ -26,17 +26,23 @@
 /// | `coretry_breaker_transitions_total` | counter | `operation`, `from`, `to` | breaker changes of state (`observe_breaker`) |
 /// | `coretry_breaker_state` | gauge | `operation`, `state` | 1 for the state a breaker is in, 0 for the others |
 ///
-/// `operation` is `retry_policy::label` (`coretry::curl` sets it to `scheme://host:port`); for
-/// the HTTP metric it is split into `url_scheme`, `server_address` and `server_port`. `reason`
+/// `operation` is `retry_policy::label` (`coretry::curl` sets it to `scheme://host:port`, the
+/// origin libcurl connects to, or `_INVALID` for a URL without one); for the HTTP metric it
+/// is split into `url_scheme`, `server_address` and `server_port`. `http_response_status_code`
+/// is a status IANA's registry assigns, or `_OTHER` (a server may send any three digits). `reason`
 /// is `success`, the name of a coretry `errc` (`attempts_exhausted`, `circuit_open`, ...),
 /// `aborted` (the caller's cancellation), or `not_retried` (an error the policy does not
-/// retry). `error_type` is empty on success, the status code for an HTTP status of 400 or more,
+/// retry). `error_type` is empty on success, the status code for an HTTP status of 400 or more
+/// (`_OTHER` for one the registry does not assign),
 /// `result_rejected` for another rejected result, else `category:value` of the error (a
 /// predictable identifier, not the message).
 ///
 /// **Bounded.** At most `prometheus_options::max_operations` labels have series; the events of
 /// any other label are counted under `_OTHER`. `forget(label)` removes a label's series, for
-/// an endpoint the registry evicted (`endpoint_registry_options::on_evict`).
+/// an endpoint the registry evicted (`endpoint_registry_options::on_evict`). Where an operation
+/// reports (its label or `_OTHER`) is chosen once, at its start, and every event of it, its end
+/// included, goes there: `coretry_operations_in_flight` is set from the observer's count of the
+/// operations running under each series, so it never reads below zero.
 ///
 /// **Breaker state.** A breaker made by `make_observed_breaker` hands itself to the observer,
 /// which sets `coretry_breaker_state` from `circuit_breaker::state()` under a lock, so that two
@@ -45,7 +51,8 @@
 /// racing transitions may deliver oldest last.
 ///
 /// Thread-safe (prometheus-cpp's metrics are); each event costs a few map lookups under
-/// prometheus-cpp's family lock, and a shared lock held against `forget`.
+/// prometheus-cpp's family lock, a short lock on the observer's label table, and a shared lock
+/// held against `forget`.
 
 #include <coretry/observer.hpp>
 
@@ -97,9 +104,10 @@ public:
   /// Removes every series of the operation `label` (in the HTTP metric, those of the endpoint
   /// `label` names) and frees its place under `max_operations`; returns how many series went.
   /// For an upstream that is gone: `endpoint_registry_options::on_evict` calls it with
-  /// `endpoint::to_string()`, the label `coretry::curl` gives. An operation still running with
-  /// that label starts its series again from zero (its `coretry_operations_in_flight` then
-  /// reads -1 when it ends): forget only labels nothing uses, as the registry does.
+  /// `endpoint::to_string()`, the label `coretry::curl` gives. Meant for labels nothing uses,
+  /// as the registry does; a label that operations still run under loses its series but keeps
+  /// its place until they end: they report into fresh series, and its
+  /// `coretry_operations_in_flight` comes back at once with the count still running.
   std::size_t forget(std::string_view label);
   /// The `operation` labels that have series of their own now (`_OTHER` not counted).
   std::size_t operations() const;

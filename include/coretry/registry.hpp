@@ -37,8 +37,10 @@ struct CORETRY_API endpoint {
   /// The origin of `url` ("scheme://[user@]host[:port][/...]"): scheme and host lowercased, a
   /// name's trailing dot dropped, an IPv6 address in its RFC 5952 form (so that one origin has
   /// one spelling); without a port, the scheme's default (http and ws 80, https and wss 443,
-  /// ftp 21); without "scheme://", http (as libcurl guesses). Throws `std::invalid_argument`
-  /// naming the URL when it has no host, a host that is no valid authority (an IPv6 address
+  /// ftp 21); without "scheme://", http (as libcurl guesses); an IPv4 address in any spelling
+  /// libcurl and `inet_aton` accept (`127.1`, `0x7f000001`, `2130706433`, `127.000.000.001`) in
+  /// dotted-quad form. Throws `std::invalid_argument` naming the URL (`redact_url`) when it has no
+  /// host, a host that is no valid authority (an IPv6 address
   /// outside brackets, a character not allowed in a host), a port that is not a number in
   /// [1, 65535], or no port and a scheme without a default.
   static endpoint from_url(std::string_view url);
@@ -47,6 +49,14 @@ struct CORETRY_API endpoint {
   /// Same scheme, host and port.
   friend bool operator==(const endpoint&, const endpoint&) = default;
 };
+
+/// `url` as coretry's error messages show it, with nothing that may hold a credential: the
+/// scheme and host kept; a userinfo (`user:password@`) replaced by `***@`; the path, query and
+/// fragment replaced by `/...`, `?...` or `#...`. Text it cannot read as `scheme://authority`
+/// keeps only what certainly is no credential (an authority that may be a split userinfo, as in
+/// `http://user:pa/ss@host`, becomes `***`). Every message of coretry and coretry::curl that
+/// names a URL (a request's, a proxy's) names it through this.
+CORETRY_API std::string redact_url(std::string_view url);
 
 /// What a registry makes for an endpoint it has not seen. Each member is optional.
 struct endpoint_registry_options {

@@ -150,7 +150,7 @@ void client_options::validate() const {
                   "must be 0 (never send Expect) or more");
   if (proxy.find('\0') != std::string::npos ||
       (!proxy.empty() && proxy.find("://") == std::string::npos))
-    throw_invalid("client_options", "proxy", "\"" + proxy + "\"",
+    throw_invalid("client_options", "proxy", detail::url_value(proxy),
                   "must be empty or a URL with its scheme, e.g. http://host:3128, and no NUL");
   if (no_proxy.find('\0') != std::string::npos)
     throw_invalid("client_options", "no_proxy", "\"" + no_proxy + "\"", "must not contain NUL");

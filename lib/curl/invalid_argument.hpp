@@ -3,6 +3,7 @@
 // Private: the one way the adapter reports a bad field. Not installed.
 
 #include <string>
+#include <string_view>
 
 namespace coretry::curl {
 
@@ -13,6 +14,10 @@ struct tls_options;
                                 const std::string& value, const char* rule);
 
 namespace detail {
+/// A URL as the value of a message: `coretry::redact_url` (no userinfo, path, query or
+/// fragment: nothing that may hold a credential), escaped and quoted as every value is.
+std::string url_value(std::string_view url);
+
 /// Validates `tls`, naming its fields "<prefix><field>" in "coretry::curl::<where>: ...".
 void validate_tls(const tls_options& tls, const char* where, const std::string& prefix);
 } // namespace detail

@@ -4,6 +4,7 @@
 // reaches libcurl.
 
 #include <coretry/curl/request.hpp>
+#include <coretry/registry.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -66,6 +67,10 @@ bool is_token(std::string_view s) noexcept {
 
 namespace detail {
 
+std::string url_value(std::string_view url) {
+  return escaped(coretry::redact_url(url));
+}
+
 void validate_tls(const tls_options& tls, const char* where, const std::string& prefix) {
   namespace fs = std::filesystem;
   auto path_field = [&](const std::string& value, const char* name, bool directory) {
@@ -118,7 +123,7 @@ void request::validate() const {
   if (!is_token(method))
     bad("request", "method", escaped(method), "must be a non-empty HTTP token");
   if (url.find('\0') != std::string::npos)
-    bad("request", "url", escaped(url), "must not contain a NUL character");
+    bad("request", "url", detail::url_value(url), "must not contain a NUL character");
   for (std::size_t i = 0; i < headers.size(); ++i) {
     const auto& [name, value] = headers[i];
     const std::string field = "headers[" + std::to_string(i) + "]";

@@ -5,6 +5,12 @@
 #include <coretry/curl/retry.hpp>
 #include <coretry/registry.hpp>
 
+#include <stdexcept>
+#include <string>
+
+#include "invalid_argument.hpp"
+#include "origin.hpp"
+
 namespace coretry::curl::detail {
 
 namespace {
@@ -28,9 +34,25 @@ asio::awaitable<response> with_http_errors(asio::awaitable<response> op,
 
 } // namespace
 
+// The registry's key is the origin libcurl connects to (`origin_of`), the operation's label too:
+// every spelling of one origin meets one breaker, and `forget(endpoint.to_string())` finds the
+// label's series.
 void apply_registry(const client& c, const request& req, coretry::retry_policy& p) {
-  if (const auto& registry = c.options().resilience)
-    registry->apply(p, coretry::endpoint::from_url(req.url));
+  if (const auto& registry = c.options().resilience) {
+    auto parsed = parse_origin(req.url);
+    if (!parsed.origin)
+      throw_invalid(
+          "request", "url", url_value(req.url),
+          (std::string("no origin for the client's resilience registry: ") + parsed.why).c_str());
+    registry->apply(p, *parsed.origin);
+  }
+}
+
+void refuse_hedge(const request& req) {
+  throw std::invalid_argument(
+      "coretry::curl::hedge: a " + req.method + " request to " + url_value(req.url) +
+      " is not idempotent and hedging sends it several times at once; add an Idempotency-Key "
+      "header that the server honours, or send it with coretry::curl::retry");
 }
 
 asio::awaitable<response> retry_compiled(client& c, request req, coretry::retry_policy policy) {

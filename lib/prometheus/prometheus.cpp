@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -83,10 +85,30 @@ std::string method_name(std::string_view m) {
   return "_OTHER";
 }
 
+/// What the labels past `prometheus_options::max_operations`, and the status codes not known,
+/// are counted as (the spelling OpenTelemetry uses for values it folds, as in
+/// `http_request_method`).
+constexpr std::string_view other = "_OTHER";
+
+/// The `http_response_status_code` of a status: a code IANA's HTTP Status Code Registry assigns
+/// (RFC 9110 and its extensions; 418 too) as its number, any other `_OTHER`. libcurl hands on
+/// whatever three digits a server sends (100 to 999): unbounded, the server would decide how
+/// many series the histogram has (13,600 for 800 statuses).
+std::string status_name(int status) {
+  static constexpr int known[] = {100, 101, 102, 103, 200, 201, 202, 203, 204, 205, 206, 207, 208,
+                                  226, 300, 301, 302, 303, 304, 305, 307, 308, 400, 401, 402, 403,
+                                  404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416,
+                                  417, 418, 421, 422, 423, 424, 425, 426, 428, 429, 431, 451, 500,
+                                  501, 502, 503, 504, 505, 506, 507, 508, 510, 511};
+  if (std::binary_search(std::begin(known), std::end(known), status))
+    return std::to_string(status);
+  return std::string(other);
+}
+
 /// The OpenTelemetry `error.type` of an HTTP attempt.
 std::string error_type(const attempt_finished_event& e) {
   if (e.http_status >= 400)
-    return std::to_string(e.http_status);
+    return status_name(e.http_status);
   if (!e.error)
     return {};
   if (e.error.category() == retry_category())
@@ -117,10 +139,6 @@ endpoint split(std::string_view label) {
   ep.address = label;
   return ep;
 }
-
-/// What the labels past `prometheus_options::max_operations` are counted as (the spelling
-/// OpenTelemetry uses for values it folds, as in `http_request_method`).
-constexpr std::string_view other = "_OTHER";
 
 struct name_hash {
   using is_transparent = void;
@@ -237,27 +255,95 @@ struct prometheus_observer::impl {
   std::mutex state_mutex; ///< orders the updates of `breaker_state`
 
   /// Held shared by every event while it updates series, exclusively by `forget` while it
-  /// removes them (a series is updated through a reference that Remove would leave dangling);
-  /// guards `names` too.
+  /// removes them (a series is updated through a reference that Remove would leave dangling).
   std::shared_mutex series_mutex;
+
+  /// The `operation` each running operation reports under, chosen once, at its
+  /// `operation_started`, and kept for every label that has operations running: its own, or
+  /// `_OTHER`. Chosen again at each event, one operation could start under `_OTHER` and end
+  /// under its own label once `forget` made room (-1 and +1 in `coretry_operations_in_flight`
+  /// with nothing running).
+  struct route {
+    std::size_t running = 0; ///< operations of this label started and not finished
+    bool own = false;        ///< under its own label, else under `_OTHER`
+  };
+
+  /// Guards `names`, `routes`, `other_running`, and orders the updates of `in_flight`, which is
+  /// set from these counts (never incremented blindly: a series `forget` removed comes back
+  /// with the count of what still runs).
+  std::mutex label_mutex;
   /// The `operation` labels that have series of their own: at most `options.max_operations`.
   std::unordered_set<std::string, name_hash, std::equal_to<>> names;
+  /// Every label with operations running, and where they report.
+  std::unordered_map<std::string, route, name_hash, std::equal_to<>> routes;
+  /// Operations running under `_OTHER`.
+  std::size_t other_running = 0;
 
-  /// A shared hold on the series, and the `operation` label an event with `label` goes to: its
-  /// own while fewer than `max_operations` labels have series (or it has some), else `_OTHER`.
-  std::pair<std::shared_lock<std::shared_mutex>, std::string> enter(std::string_view label) {
-    for (;;) {
-      {
-        std::shared_lock hold(series_mutex);
-        if (names.find(label) != names.end())
-          return {std::move(hold), std::string(label)};
-        if (names.size() >= options.max_operations)
-          return {std::move(hold), std::string(other)};
-      }
-      std::unique_lock admit(series_mutex);
-      if (names.size() < options.max_operations)
-        names.emplace(label);
-    }
+  using hold = std::shared_lock<std::shared_mutex>;
+
+  /// Under `label_mutex`: whether `label` has series of its own, admitting it when there is room.
+  /// A label spelled `_OTHER` is that series (one count of what runs under it).
+  bool admit_locked(std::string_view label) {
+    if (label == other)
+      return false;
+    if (names.find(label) != names.end())
+      return true;
+    if (names.size() >= options.max_operations)
+      return false;
+    names.emplace(label);
+    return true;
+  }
+
+  /// Under `label_mutex`: where the events of `label` go now: its running operations' route,
+  /// else its own label while it has series or there is room, else `_OTHER`.
+  std::string target_locked(std::string_view label) {
+    const auto it = routes.find(label);
+    const bool own = it != routes.end() ? it->second.own : admit_locked(label);
+    return std::string(own ? label : other);
+  }
+
+  /// A shared hold on the series, and the `operation` label an event with `label` goes to.
+  std::pair<hold, std::string> enter(std::string_view label) {
+    hold h(series_mutex);
+    const std::lock_guard lock(label_mutex);
+    return {std::move(h), target_locked(label)};
+  }
+
+  /// Under `label_mutex`: `coretry_operations_in_flight{operation=op}` = `n`.
+  void set_in_flight_locked(std::string_view op, std::size_t n) {
+    in_flight.Add({{"operation", std::string(op)}}).Set(static_cast<double>(n));
+  }
+
+  /// An operation of `label` starts: its route chosen (or the one its label's running
+  /// operations have), its count in flight up by one.
+  std::pair<hold, std::string> start(std::string_view label) {
+    hold h(series_mutex);
+    const std::lock_guard lock(label_mutex);
+    auto it = routes.find(label);
+    if (it == routes.end())
+      it = routes.emplace(std::string(label), route{0, admit_locked(label)}).first;
+    ++it->second.running;
+    const bool own = it->second.own;
+    const std::string op(own ? label : other);
+    set_in_flight_locked(op, own ? it->second.running : ++other_running);
+    return {std::move(h), op};
+  }
+
+  /// An operation of `label` ends: under the route its start chose, its count in flight down by
+  /// one. One whose start was not heard (its observer threw) changes no count.
+  std::pair<hold, std::string> finish(std::string_view label) {
+    hold h(series_mutex);
+    const std::lock_guard lock(label_mutex);
+    const auto it = routes.find(label);
+    if (it == routes.end())
+      return {std::move(h), target_locked(label)};
+    const bool own = it->second.own;
+    const std::string op(own ? label : other);
+    const std::size_t left = --it->second.running;
+    set_in_flight_locked(op, own ? left : --other_running);
+    if (left == 0)
+      routes.erase(it);
+    return {std::move(h), op};
   }
 };
 
@@ -287,8 +373,7 @@ const std::shared_ptr<prometheus::Registry>& prometheus_observer::registry() con
 }
 
 void prometheus_observer::on_operation_started(const operation_started_event& e) {
-  const auto [hold, op] = impl_->enter(e.label);
-  impl_->in_flight.Add({{"operation", op}}).Increment();
+  (void)impl_->start(e.label);
 }
 
 void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
@@ -303,7 +388,7 @@ void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
   endpoint ep = op == other ? endpoint{{}, std::string(other), {}} : split(op);
   impl_->http_duration
       .Add({{"http_request_method", method_name(e.http_method)},
-            {"http_response_status_code", e.http_status ? std::to_string(e.http_status) : ""},
+            {"http_response_status_code", e.http_status ? status_name(e.http_status) : ""},
             {"error_type", error_type(e)},
             {"server_address", std::move(ep.address)},
             {"server_port", std::move(ep.port)},
@@ -340,8 +425,7 @@ void prometheus_observer::on_hedge_abandoned(const hedge_abandoned_event& e) {
 }
 
 void prometheus_observer::on_operation_finished(const operation_finished_event& e) {
-  const auto [hold, op] = impl_->enter(e.label);
-  impl_->in_flight.Add({{"operation", op}}).Decrement();
+  const auto [hold, op] = impl_->finish(e.label);
   impl_->operations
       .Add({{"operation", op}, {"kind", kind_name(e.kind)}, {"reason", reason_name(e.reason)}})
       .Increment();
@@ -374,7 +458,11 @@ namespace coretry {
 
 std::size_t prometheus_observer::forget(std::string_view label) {
   const std::unique_lock lock(impl_->series_mutex);
-  if (const auto it = impl_->names.find(label); it != impl_->names.end())
+  const std::lock_guard labels_lock(impl_->label_mutex);
+  // A label that operations still run under keeps its place (they report to it until they end).
+  const auto running = impl_->routes.find(label);
+  const bool in_use = running != impl_->routes.end() && running->second.own;
+  if (const auto it = impl_->names.find(label); it != impl_->names.end() && !in_use)
     impl_->names.erase(it);
   const auto of_op = [label](const labels& l) {
     const auto it = l.find("operation");
@@ -391,18 +479,25 @@ std::size_t prometheus_observer::forget(std::string_view label) {
   };
   impl& m = *impl_;
   const auto& d = m.options.duration_buckets;
-  return remove_series(m.http_duration, of_endpoint, d) +
-         remove_series(m.resends, of_op, m.options.resend_buckets) +
-         remove_series(m.operations, of_op) + remove_series(m.operation_duration, of_op, d) +
-         remove_series(m.in_flight, of_op) + remove_series(m.attempts, of_op) +
-         remove_series(m.attempt_duration, of_op, d) + remove_series(m.retries, of_op) +
-         remove_series(m.sleeps, of_op, m.options.sleep_buckets) + remove_series(m.hints, of_op) +
-         remove_series(m.refusals, of_op) + remove_series(m.hedges, of_op) +
-         remove_series(m.transitions, of_op) + remove_series(m.breaker_state, of_op);
+  const std::size_t removed =
+      remove_series(m.http_duration, of_endpoint, d) +
+      remove_series(m.resends, of_op, m.options.resend_buckets) +
+      remove_series(m.operations, of_op) + remove_series(m.operation_duration, of_op, d) +
+      remove_series(m.in_flight, of_op) + remove_series(m.attempts, of_op) +
+      remove_series(m.attempt_duration, of_op, d) + remove_series(m.retries, of_op) +
+      remove_series(m.sleeps, of_op, m.options.sleep_buckets) + remove_series(m.hints, of_op) +
+      remove_series(m.refusals, of_op) + remove_series(m.hedges, of_op) +
+      remove_series(m.transitions, of_op) + remove_series(m.breaker_state, of_op);
+  // What still runs under `label` is still in flight: its gauge comes back with the count.
+  if (in_use)
+    m.set_in_flight_locked(label, running->second.running);
+  else if (label == other && m.other_running > 0)
+    m.set_in_flight_locked(other, m.other_running);
+  return removed;
 }
 
 std::size_t prometheus_observer::operations() const {
-  const std::shared_lock lock(impl_->series_mutex);
+  const std::lock_guard lock(impl_->label_mutex);
   return impl_->names.size();
 }
 

@@ -7,6 +7,7 @@
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/hedge.hpp>
+#include <coretry/curl/origin.hpp>
 #include <coretry/curl/request.hpp>
 #include <coretry/curl/retry.hpp>
 #include <coretry/curl/retry_after.hpp>

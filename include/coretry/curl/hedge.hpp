@@ -30,15 +30,16 @@ inline bool may_hedge(const request& req) noexcept {
 
 namespace detail {
 
+/// Throws the `std::invalid_argument` of a request `hedge` refuses (`may_hedge`), naming its
+/// method and its URL through `coretry::redact_url` (lib/curl/retry.cpp).
+[[noreturn]] CORETRY_CURL_API void refuse_hedge(const request& req);
+
 /// `prepare_http_shared` for hedging: refuses, at the call, a request that must not be sent
 /// twice.
 inline auto prepare_hedge_shared(client& c, request req, coretry::retry_policy policy) {
   req.validate();
   if (!may_hedge(req))
-    throw std::invalid_argument(
-        "coretry::curl::hedge: a " + req.method + " request to " + req.url +
-        " is not idempotent and hedging sends it several times at once; add an Idempotency-Key "
-        "header that the server honours, or send it with coretry::curl::retry");
+    refuse_hedge(req);
   return prepare_http_shared(c, std::move(req), std::move(policy));
 }
 

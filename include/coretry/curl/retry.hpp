@@ -120,7 +120,9 @@ struct retryable_response {
   bool operator()(const response& r) const noexcept { return is_retryable_status(r.status); }
 };
 
-// `scheme://host:port` of `url` (the port made explicit); `url` itself if libcurl cannot parse it.
+// `origin_of(url)->to_string()` (coretry/curl/origin.hpp): `scheme://host:port` as libcurl
+// connects to it, the registry's key; "_INVALID" when `url` has no origin. Never any other text
+// of `url`, which may hold credentials.
 CORETRY_CURL_API std::string endpoint_label(const std::string& url);
 
 inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
@@ -231,8 +233,10 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 ///   `errc::retry_after_past_deadline`).
 /// - When the attempts run out on a retryable status, the last response is returned.
 /// - With an observer (`policy.observer`), each attempt's event carries the request's method and
-///   the response's status, and the operation is labelled `scheme://host:port` (the port made
-///   explicit) unless `policy.label` is set.
+///   the response's status, and the operation is labelled `scheme://host:port` unless
+///   `policy.label` is set: `origin_of(req.url)->to_string()` (coretry/curl/origin.hpp, the
+///   origin libcurl connects to, the client's registry key), or `_INVALID` when the URL has none
+///   (libcurl cannot parse it, no `scheme://`, ...). No userinfo, path or query ever reaches a label.
 /// - `policy.on_retry` sees each retry: its `error` is the transport error, or for a retryable
 ///   status `make_http_status_error(status)` (category `http_status_category()`).
 ///
@@ -244,8 +248,8 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 ///   for the breaker.
 ///
 /// \returns the response. \throws std::invalid_argument at the call when `req.validate()` or
-/// `policy.validate()` does (or, with a registry, when the URL has no host or no port and a
-/// scheme without a default one); `circuit_open_error` as above; std::system_error with the
+/// `policy.validate()` does (or, with a registry, when the URL has no origin: `origin_of` is
+/// empty; the message shows the URL through `coretry::redact_url`); `circuit_open_error` as above; std::system_error with the
 /// last transport error (its `what()` starting with libcurl's account of it,
 /// `response::error_detail`) or the policy's reason (see `final_error`), or
 /// `asio::error::operation_aborted` when cancelled.
