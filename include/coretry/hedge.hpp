@@ -140,7 +140,7 @@ namespace coretry {
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
-hedge_async(Op op, Policy&& policy, hedge_options hedge = {}) {
+hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
   return detail::hedge_entry<Timer, detail::op_result_t<Op>>(
       std::move(op), detail::policy_copy(std::forward<Policy>(policy)), std::move(hedge), nullptr);
 }

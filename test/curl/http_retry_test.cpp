@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/breaker.hpp>
+#include <coretry/curl/hedge.hpp>
 #include <coretry/curl/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
 
@@ -84,6 +85,25 @@ TEST_CASE("retry succeeds after scripted failures, one attempt per failure") {
   CHECK(s.waiting_retries == 0);
   CHECK(s.peak_waiting_retries == 1);
   CHECK(s.active_transfers == 0);
+}
+
+TEST_CASE("the default policy argument survives co_await on g++ 12") {
+  // A default argument written `= {}` is a braced aggregate temporary in the caller's co_await
+  // expression, which g++ 12 copies bitwise and destroys twice (free(): invalid pointer, ASan);
+  // the front ends spell their defaults `retry_policy()`, which g++ 12 compiles correctly.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::ok("one"));
+  server.push(http_action::ok("two"));
+  client c(io.get_executor());
+  response r1;
+  response r2;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r1 = co_await coretry::curl::retry(c, get(server.url()));
+    r2 = co_await coretry::curl::hedge(c, get(server.url()));
+  }());
+  CHECK(r1.body == "one");
+  CHECK(r2.body == "two");
 }
 
 TEST_CASE("when attempts run out on a retryable status the last response is returned") {

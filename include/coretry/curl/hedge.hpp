@@ -85,8 +85,8 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// coroutine and the policy's group token cancel every copy in flight; `c` need not outlive the
 /// operation (copies still running end with `operation_aborted`).
 inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
-                                       coretry::retry_policy policy = {},
-                                       coretry::hedge_options options = {}) {
+                                       coretry::retry_policy policy = coretry::retry_policy(),
+                                       coretry::hedge_options options = coretry::hedge_options()) {
   return detail::hedge_compiled(c, std::move(req), std::move(policy), std::move(options));
 }
 

@@ -265,7 +265,7 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 /// unresumed with its execution context, it touches nothing of `c`. Thread safety: as
 /// `client::async_perform`.
 inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req,
-                                       coretry::retry_policy policy = {}) {
+                                       coretry::retry_policy policy = coretry::retry_policy()) {
   return detail::retry_compiled(c, std::move(req), std::move(policy));
 }
 
