@@ -221,16 +221,16 @@ auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_exec
                       request req, CompletionToken&& token) {
   req.validate();
   return asio::async_initiate<CompletionToken, void(coretry::detail::asio_error_code, response)>(
-      [](auto handler, std::shared_ptr<client_impl> impl, asio::any_io_executor fallback,
+      [](auto handler, std::shared_ptr<client_impl> state, asio::any_io_executor handler_ex,
          request r) {
         using handler_type = std::decay_t<decltype(handler)>;
         auto slot = asio::get_associated_cancellation_slot(handler);
-        auto t =
-            make_transfer(impl, std::move(r),
-                          std::make_unique<perform_op<handler_type>>(std::move(handler), fallback));
+        auto t = make_transfer(
+            state, std::move(r),
+            std::make_unique<perform_op<handler_type>>(std::move(handler), handler_ex));
         if (slot.is_connected())
           slot.template emplace<cancel_hook>(cancel_hook{t});
-        submit(impl, std::move(t));
+        submit(state, std::move(t));
       },
       token, std::move(impl), fallback, std::move(req));
 }
