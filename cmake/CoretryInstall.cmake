@@ -2,7 +2,7 @@
 # Install rules, the CMake config package and the pkg-config files.
 #  - find_package(coretry CONFIG [COMPONENTS curl prometheus]) gives coretry::coretry and, when
 #    they were built, coretry::curl (component "curl") and coretry::prometheus ("prometheus");
-#  - pkg-config coretry / coretry-curl give the same compile and link lines.
+#  - pkg-config coretry / coretry-curl / coretry-prometheus give the same compile and link lines.
 # Included when CORETRY_INSTALL is ON, as a subproject too: a parent project that installs and
 # exports its own targets linking coretry::coretry needs coretry's targets in an export set.
 include(GNUInstallDirs)
@@ -44,6 +44,8 @@ install(FILES "${PROJECT_SOURCE_DIR}/LICENSE_1_0.txt" "${PROJECT_SOURCE_DIR}/CHA
 # line of every consumer, so libcurl is then Required, not Required.private.
 # Relocatable: the prefix is found from the .pc file's own place (pcfiledir).
 file(RELATIVE_PATH CORETRY_PC_TO_PREFIX "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
+# (RELATIVE_PATH may end in "/": libdir would then read ".../lib/pkgconfig/../..//lib".)
+string(REGEX REPLACE "/+$" "" CORETRY_PC_TO_PREFIX "${CORETRY_PC_TO_PREFIX}")
 get_target_property(_asio_include ${CORETRY_ASIO_TARGET} INTERFACE_INCLUDE_DIRECTORIES)
 if(CORETRY_ASIO_BOOST)
   set(CORETRY_PC_CFLAGS "") # Boost.Asio makes the aligned-allocation choice alike in every unit
