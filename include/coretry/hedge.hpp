@@ -136,6 +136,11 @@ namespace coretry {
 /// \throws std::invalid_argument at the call when `policy`, `hedge` or the policy's result
 /// predicate is invalid; std::system_error with the final error, or
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself.
+///
+/// @par Per-Operation Cancellation
+/// Terminal cancellation of the awaiting coroutine and the policy's group token cancel every
+/// copy in flight; the operation throws `std::system_error(asio::error::operation_aborted)` once
+/// they have all returned.
 template <class Timer = asio::steady_timer, class Op>
 asio::awaitable<detail::op_result_t<Op>> hedge_async(Op op, retry_policy policy,
                                                      hedge_options hedge = {}) {
@@ -157,8 +162,17 @@ asio::awaitable<detail::op_result_t<Op>> hedge_async(Op op, retry_policy policy,
 /// for `void`, `std::optional<T>` when `T` is not default constructible). The handler is called
 /// exactly once, through its associated executor (by default `executor`), never from inside
 /// this call, after every attempt has returned; destroyed uncalled if the execution context is
-/// destroyed first. Cancellation: any type, through the handler's slot, and the group token.
-/// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
+/// destroyed first. Throws `std::invalid_argument` at the call when an argument is invalid;
+/// nothing starts then.
+///
+/// @par Completion Signature
+/// As `async_retry`'s: `void(error_code, T)`, `void(error_code)` for `void`,
+/// `void(error_code, std::optional<T>)` when `T` is not default constructible.
+///
+/// @par Per-Operation Cancellation
+/// Terminal, partial and total cancellation through the handler's associated slot, and the
+/// policy's group token, cancel every copy in flight; the handler gets
+/// `asio::error::operation_aborted` once they have all returned.
 template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
 auto async_hedge(const Executor& executor, Op op, retry_policy policy, hedge_options hedge,
                  CompletionToken&& token) {

@@ -62,6 +62,16 @@ namespace coretry {
 /// error (see `final_error`; a deadline always reports `errc::deadline_exceeded`), or with
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself
 /// (see the file comment).
+///
+/// \p Op's result type `T` is the value an attempt yields: `X` for `asio::awaitable<X>`, `X` for
+/// `asio::awaitable<std::tuple<std::error_code, X>>`, or what a token attempt's completion
+/// signature carries (see the file comment).
+///
+/// @par Per-Operation Cancellation
+/// Terminal cancellation of the awaiting coroutine (an enclosing `||`, a bound slot) and the
+/// policy's group token (`retry_policy::cancellation`) stop the operation in an attempt or in a
+/// sleep; it then throws `std::system_error(asio::error::operation_aborted)`, once, and is never
+/// retried.
 template <class Timer = asio::steady_timer, class Op, class Policy = retry_policy>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy) {
@@ -97,6 +107,16 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 ///
 /// Throws `std::invalid_argument` at the call when the policy is invalid (or an empty
 /// `shared_policy`); nothing starts then. Thread safety: the call may be made from any thread.
+///
+/// @par Completion Signature
+/// `void(error_code, T)`; `void(error_code)` when `T` is `void`;
+/// `void(error_code, std::optional<T>)` when `T` is not default constructible (`error_code`:
+/// `std::error_code`, or `boost::system::error_code` with Boost.Asio).
+///
+/// @par Per-Operation Cancellation
+/// Terminal, partial and total cancellation through the handler's associated slot, and the
+/// policy's group token, stop the operation in an attempt or in a sleep; the handler then gets
+/// `asio::error::operation_aborted`, once, and a cancelled operation is never retried.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken>
 requires detail::policy_argument<Policy>

@@ -285,8 +285,9 @@ public:
   /// `curl_category()` (see `errc`) or `asio::error::operation_aborted`. The handler is invoked
   /// exactly once, through its associated executor, never from inside this call.
   ///
-  /// Cancellation: terminal, partial and total cancellation through the handler's associated
-  /// slot all abort the transfer: it is removed from the multi handle (its connection is closed
+  /// @par Per-Operation Cancellation
+  /// Terminal, partial and total cancellation through the handler's associated slot all abort
+  /// the transfer: it is removed from the multi handle (its connection is closed
   /// if unfinished), its easy handle goes back to the pool, and the handler gets
   /// `operation_aborted`, unless the transfer completed first.
   ///

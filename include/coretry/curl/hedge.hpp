@@ -80,8 +80,9 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// `options` is invalid; `circuit_open_error`; std::system_error with the final transport error (or the policy's
 /// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
 ///
-/// Cancellation, lifetime and thread safety as `retry`: terminal cancellation of the awaiting
-/// coroutine and the policy's group token cancel every copy in flight; `c` need not outlive the
+/// @par Per-Operation Cancellation
+/// As `retry`: terminal cancellation of the awaiting coroutine and the policy's group token
+/// cancel every copy in flight. Lifetime and thread safety as `retry`: `c` need not outlive the
 /// operation (copies still running end with `operation_aborted`).
 inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
                                        coretry::retry_policy policy = {},
@@ -98,10 +99,15 @@ inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
 
 /// `hedge` for any completion token, on the client's executor.
 ///
-/// Completion signature: `void(std::error_code, response)`; the error is empty whenever a
-/// response is delivered. Invalid or non-idempotent requests throw `std::invalid_argument` at
-/// the call; nothing is sent then. Cancellation: any type through the handler's slot, and the
-/// group token; completes once with `operation_aborted`. Thread safety: any thread.
+/// Invalid or non-idempotent requests throw `std::invalid_argument` at the call; nothing is sent
+/// then. Thread safety: any thread.
+///
+/// @par Completion Signature
+/// `void(error_code, response)`; the error is empty whenever a response is delivered.
+///
+/// @par Per-Operation Cancellation
+/// Any type through the handler's slot, and the group token: every copy in flight is cancelled;
+/// the handler gets `operation_aborted`, once.
 template <class CompletionToken>
 auto async_hedge(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  coretry::hedge_options options, CompletionToken&& token) {

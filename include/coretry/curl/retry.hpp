@@ -250,7 +250,8 @@ retry_compiled(client& c, request req, coretry::retry_policy policy, coretry::re
 /// `response::error_detail`) or the policy's reason (see `final_error`), or
 /// `asio::error::operation_aborted` when cancelled.
 ///
-/// Cancellation: terminal cancellation of the awaiting coroutine, and the policy's group token,
+/// @par Per-Operation Cancellation
+/// Terminal cancellation of the awaiting coroutine, and the policy's group token,
 /// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
 /// it holds no easy handle and no connection, and counts in `client_stats::waiting_retries`.
 ///
@@ -274,13 +275,19 @@ inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req,
 
 /// `retry` for any completion token, on the client's executor.
 ///
-/// Completion signature: `void(std::error_code, response)`; the error is empty whenever a
-/// response is delivered (including a last retryable status once attempts ran out), except for
-/// a breaker's refusal: `coretry::errc::circuit_open` with the last retryable response, or a
-/// default `response` when there is none (as `circuit_open_error::last_response`). An invalid
-/// `req` or `policy` throws `std::invalid_argument` at the call; nothing is started then.
-/// Cancellation: terminal, partial or total through the handler's slot, or the policy's group
-/// token; completes once with `operation_aborted`. Thread safety: any thread.
+/// An invalid `req` or `policy` throws `std::invalid_argument` at the call; nothing is started
+/// then. Thread safety: any thread.
+///
+/// @par Completion Signature
+/// `void(error_code, response)`; the error is empty whenever a response is delivered (including
+/// a last retryable status once attempts ran out), except for a breaker's refusal:
+/// `coretry::errc::circuit_open` with the last retryable response, or a default `response` when
+/// there is none (as `circuit_open_error::last_response`).
+///
+/// @par Per-Operation Cancellation
+/// Terminal, partial or total cancellation through the handler's slot, or the policy's group
+/// token: the transfer in flight is removed from libcurl, a sleep ends, and the handler gets
+/// `operation_aborted`, once.
 template <class CompletionToken>
 auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  CompletionToken&& token) {
