@@ -27,6 +27,7 @@ install(FILES "${PROJECT_BINARY_DIR}/include/coretry/detail/asio_config.hpp"
 install(EXPORT coretry-targets NAMESPACE coretry:: DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 
 set(CORETRY_WITH_CURL ${CORETRY_BUILD_CURL})
+_coretry_asio_version_string(CORETRY_ASIO_VERSION_STRING ${CORETRY_ASIO_CONFIGURED_VERSION})
 configure_package_config_file(cmake/coretry-config.cmake.in
   "${PROJECT_BINARY_DIR}/coretry-config.cmake" INSTALL_DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/coretry-config-version.cmake"
@@ -34,7 +35,6 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/coretry-config-version.c
 install(FILES
   "${PROJECT_BINARY_DIR}/coretry-config.cmake"
   "${PROJECT_BINARY_DIR}/coretry-config-version.cmake"
-  cmake/FindAsio.cmake
   DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE_1_0.txt" "${PROJECT_SOURCE_DIR}/CHANGELOG.md"
   DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/coretry)
