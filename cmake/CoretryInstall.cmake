@@ -33,6 +33,7 @@ install(FILES "${PROJECT_BINARY_DIR}/include/coretry/detail/asio_config.hpp"
 install(EXPORT coretry-targets NAMESPACE coretry:: DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 
 set(CORETRY_WITH_CURL ${CORETRY_BUILD_CURL})
+_coretry_asio_version_string(CORETRY_ASIO_VERSION_STRING ${CORETRY_ASIO_CONFIGURED_VERSION})
 configure_package_config_file(cmake/coretry-config.cmake.in
   "${PROJECT_BINARY_DIR}/coretry-config.cmake" INSTALL_DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/coretry-config-version.cmake"
@@ -40,7 +41,6 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/coretry-config-version.c
 install(FILES
   "${PROJECT_BINARY_DIR}/coretry-config.cmake"
   "${PROJECT_BINARY_DIR}/coretry-config-version.cmake"
-  cmake/FindAsio.cmake
   DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE_1_0.txt" "${PROJECT_SOURCE_DIR}/CHANGELOG.md"
   DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/coretry)
@@ -50,6 +50,8 @@ install(FILES "${PROJECT_SOURCE_DIR}/LICENSE_1_0.txt" "${PROJECT_SOURCE_DIR}/CHA
 # line of every consumer, so libcurl is then Required, not Required.private.
 # Relocatable: the prefix is found from the .pc file's own place (pcfiledir).
 file(RELATIVE_PATH CORETRY_PC_TO_PREFIX "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
+# (RELATIVE_PATH may end in "/": libdir would then read ".../lib/pkgconfig/../..//lib".)
+string(REGEX REPLACE "/+$" "" CORETRY_PC_TO_PREFIX "${CORETRY_PC_TO_PREFIX}")
 get_target_property(_asio_include ${CORETRY_ASIO_TARGET} INTERFACE_INCLUDE_DIRECTORIES)
 if(CORETRY_ASIO_BOOST)
   set(CORETRY_PC_CFLAGS "") # Boost.Asio makes the aligned-allocation choice alike in every unit

@@ -56,7 +56,10 @@ enum class errc {
   throttled_locally,
 };
 
-/// The category of `coretry::errc`; its name is "coretry".
+/// The category of `coretry::errc`; its name is "coretry". With Boost.Asio, a
+/// `boost::system::error_code` carrying it wraps the `std::error_code`: Boost's
+/// `ec.category().name()` then reads "std:unknown" and `ec.value()` is not the `errc` value;
+/// convert first (`std::error_code(ec)`) to read them (docs/asio.md, "Errors").
 CORETRY_API const std::error_category& retry_category() noexcept;
 
 /// `e` as a `std::error_code` of `retry_category()` (found by argument-dependent lookup).

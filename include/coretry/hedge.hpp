@@ -138,6 +138,11 @@ namespace coretry {
 /// \throws std::invalid_argument at the call when `policy`, `hedge` or the policy's result
 /// predicate is invalid; std::system_error with the final error, or
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself.
+///
+/// @par Per-Operation Cancellation
+/// Terminal cancellation of the awaiting coroutine and the policy's group token cancel every
+/// copy in flight; the operation throws `std::system_error(asio::error::operation_aborted)` once
+/// they have all returned.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
@@ -168,8 +173,8 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
 /// cancelled as terminal and the operation completes with `asio::error::operation_aborted`.
 ///
 /// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
-template <class Timer = asio::steady_timer, class Executor, class Op,
-          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class CompletionToken>
 requires detail::policy_argument<Policy>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  CompletionToken&& token) {
@@ -182,8 +187,8 @@ auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
-template <class Timer = asio::steady_timer, class Executor, class Op,
-          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class CompletionToken>
 requires detail::policy_argument<Policy>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  hedge_stats& stats, CompletionToken&& token) {
@@ -209,15 +214,6 @@ asio::awaitable<detail::op_result_t<Op>> hedge_async(Op, detail::braced_policy, 
                                                      hedge_stats&) {
   CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
   return {};
-}
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-void async_hedge(const Executor&, Op, detail::braced_policy, hedge_options, CompletionToken&&) {
-  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
-}
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-void async_hedge(const Executor&, Op, detail::braced_policy, hedge_options, hedge_stats&,
-                 CompletionToken&&) {
-  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
 }
 #endif
 

@@ -271,7 +271,7 @@ private:
 };
 
 /// A validated, immutable policy that many operations share. Each operation started with it
-/// holds a pointer rather than its own copy of the `retry_policy`: about 300 bytes less per
+/// holds a pointer rather than its own copy of the `retry_policy`: about 380 bytes less per
 /// operation, and no copy of the policy's `std::function`s and `shared_ptr`s at each call.
 /// Cheap to copy; safe to use from any thread. The jitter seed behaves as for copies of one
 /// `retry_policy` (see `jitter_seed`). Its hooks and predicates are one object for every

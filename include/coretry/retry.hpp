@@ -63,6 +63,16 @@ namespace coretry {
 /// error (see `final_error`; a deadline always reports `errc::deadline_exceeded`), or with
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself
 /// (see the file comment).
+///
+/// \p Op's result type `T` is the value an attempt yields: `X` for `asio::awaitable<X>`, `X` for
+/// `asio::awaitable<std::tuple<std::error_code, X>>`, or what a token attempt's completion
+/// signature carries (see the file comment).
+///
+/// @par Per-Operation Cancellation
+/// Terminal cancellation of the awaiting coroutine (an enclosing `||`, a bound slot) and the
+/// policy's group token (`retry_policy::cancellation`) stop the operation in an attempt or in a
+/// sleep; it then throws `std::system_error(asio::error::operation_aborted)`, once, and is never
+/// retried.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy) {
@@ -98,8 +108,18 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 ///
 /// Throws `std::invalid_argument` at the call when the policy is invalid (or an empty
 /// `shared_policy`); nothing starts then. Thread safety: the call may be made from any thread.
-template <class Timer = asio::steady_timer, class Executor, class Op,
-          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
+///
+/// @par Completion Signature
+/// `void(error_code, T)`; `void(error_code)` when `T` is `void`;
+/// `void(error_code, std::optional<T>)` when `T` is not default constructible (`error_code`:
+/// `std::error_code`, or `boost::system::error_code` with Boost.Asio).
+///
+/// @par Per-Operation Cancellation
+/// Terminal, partial and total cancellation through the handler's associated slot, and the
+/// policy's group token, stop the operation in an attempt or in a sleep; the handler then gets
+/// `asio::error::operation_aborted`, once, and a cancelled operation is never retried.
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class CompletionToken>
 requires detail::policy_argument<Policy>
 auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
@@ -114,8 +134,8 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionTok
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class Timer = asio::steady_timer, class Executor, class Op,
-          class Policy CORETRY_DEFAULT_POLICY, class CompletionToken>
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class CompletionToken>
 requires detail::policy_argument<Policy>
 auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& stats,
                  CompletionToken&& token) {
@@ -140,14 +160,6 @@ template <class Timer = asio::steady_timer, class Op, class G = Op>
 asio::awaitable<detail::op_result_t<Op>> retry_async(Op, detail::braced_policy, retry_stats&) {
   CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
   return {};
-}
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-void async_retry(const Executor&, Op, detail::braced_policy, CompletionToken&&) {
-  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
-}
-template <class Timer = asio::steady_timer, class Executor, class Op, class CompletionToken>
-void async_retry(const Executor&, Op, detail::braced_policy, retry_stats&, CompletionToken&&) {
-  CORETRY_REFUSE_BRACED_POLICY_ASSERT(Op);
 }
 #endif
 

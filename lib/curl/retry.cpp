@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// `coretry::curl::retry` and `hedge`, compiled once here instead of in every unit that calls it (see
+// `coretry::curl::retry`, `hedge` and callback `async_retry`, compiled once here instead of in every unit that calls it (see
 // include/coretry/curl/retry.hpp: detail::retry_compiled).
 #include <coretry/curl/hedge.hpp>
 #include <coretry/curl/retry.hpp>
@@ -66,6 +66,16 @@ asio::awaitable<response> retry_compiled(client& c, request req, coretry::retry_
   auto [attempt, p, st] = prepare_http_shared(c, std::move(req), std::move(policy));
   return with_http_errors(coretry::retry_async(std::move(attempt), std::move(p), stats),
                           std::move(st), true);
+}
+
+void async_retry_compiled(client& c, request req, coretry::retry_policy policy,
+                          coretry::retry_stats* stats, http_handler handler) {
+  auto [attempt, p] = prepare_http(c, std::move(req), std::move(policy));
+  if (stats)
+    coretry::async_retry(c.get_executor(), std::move(attempt), std::move(p), *stats,
+                         std::move(handler));
+  else
+    coretry::async_retry(c.get_executor(), std::move(attempt), std::move(p), std::move(handler));
 }
 
 asio::awaitable<response> hedge_compiled(client& c, request req, coretry::retry_policy policy,

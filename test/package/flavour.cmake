@@ -8,6 +8,6 @@ add_test(NAME package.flavour
     --build-generator "${CMAKE_GENERATOR}"
     --build-options "-DCMAKE_PREFIX_PATH=${_prefix}" "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}"
       "-DCMAKE_CXX_FLAGS=${CMAKE_CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}"
-      "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}"
+      "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}" "-DCORETRY_ASIO_INCLUDE_DIR=${CORETRY_ASIO_INCLUDE_DIR}"
     --test-command flavour_consumer)
 set_tests_properties(package.flavour PROPERTIES FIXTURES_REQUIRED coretry_installed TIMEOUT 300)

@@ -227,16 +227,16 @@ auto async_perform_on(std::shared_ptr<client_impl> impl, const asio::any_io_exec
                       request req, CompletionToken&& token) {
   req.validate();
   return asio::async_initiate<CompletionToken, void(coretry::detail::asio_error_code, response)>(
-      [](auto handler, std::shared_ptr<client_impl> impl, asio::any_io_executor fallback,
+      [](auto handler, std::shared_ptr<client_impl> state, asio::any_io_executor handler_ex,
          request r) {
         using handler_type = std::decay_t<decltype(handler)>;
         auto slot = asio::get_associated_cancellation_slot(handler);
-        auto t =
-            make_transfer(impl, std::move(r),
-                          std::make_unique<perform_op<handler_type>>(std::move(handler), fallback));
+        auto t = make_transfer(
+            state, std::move(r),
+            std::make_unique<perform_op<handler_type>>(std::move(handler), handler_ex));
         if (slot.is_connected())
           slot.template emplace<cancel_hook>(cancel_hook{t});
-        submit(impl, std::move(t));
+        submit(state, std::move(t));
       },
       token, std::move(impl), fallback, std::move(req));
 }
@@ -291,8 +291,9 @@ public:
   /// `curl_category()` (see `errc`) or `asio::error::operation_aborted`. The handler is invoked
   /// exactly once, through its associated executor, never from inside this call.
   ///
-  /// Cancellation: terminal, partial and total cancellation through the handler's associated
-  /// slot all abort the transfer: it is removed from the multi handle (its connection is closed
+  /// @par Per-Operation Cancellation
+  /// Terminal, partial and total cancellation through the handler's associated slot all abort
+  /// the transfer: it is removed from the multi handle (its connection is closed
   /// if unfinished), its easy handle goes back to the pool, and the handler gets
   /// `operation_aborted`, unless the transfer completed first.
   ///

@@ -13,8 +13,10 @@
 #include <coretry/hedge.hpp>
 #include <coretry/policy.hpp>
 
+#include <concepts>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace coretry::curl {
@@ -81,28 +83,46 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// `options` is invalid; `circuit_open_error`; std::system_error with the final transport error (or the policy's
 /// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
 ///
-/// Cancellation, lifetime and thread safety as `retry`: terminal cancellation of the awaiting
-/// coroutine and the policy's group token cancel every copy in flight; `c` need not outlive the
+/// @par Per-Operation Cancellation
+/// As `retry`: terminal cancellation of the awaiting coroutine and the policy's group token
+/// cancel every copy in flight. Lifetime and thread safety as `retry`: `c` need not outlive the
 /// operation (copies still running end with `operation_aborted`).
-inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
-                                       coretry::retry_policy policy = coretry::retry_policy(),
-                                       coretry::hedge_options options = coretry::hedge_options()) {
-  return detail::hedge_compiled(c, std::move(req), std::move(policy), std::move(options));
+template <class Policy CORETRY_DEFAULT_POLICY>
+requires std::same_as<std::remove_cvref_t<Policy>, coretry::retry_policy>
+asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
+                                coretry::hedge_options options = coretry::hedge_options()) {
+  return detail::hedge_compiled(c, std::move(req),
+                                coretry::retry_policy(std::forward<Policy>(policy)),
+                                std::move(options));
+}
+
+/// `hedge` with the default `retry_policy` and `hedge_options`.
+inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req) {
+  return detail::hedge_compiled(c, std::move(req), coretry::retry_policy(),
+                                coretry::hedge_options());
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
-inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req,
-                                       coretry::retry_policy policy, coretry::hedge_options options,
-                                       coretry::hedge_stats& stats) {
-  return detail::hedge_compiled(c, std::move(req), std::move(policy), std::move(options), stats);
+template <class Policy CORETRY_DEFAULT_POLICY>
+requires std::same_as<std::remove_cvref_t<Policy>, coretry::retry_policy>
+asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
+                                coretry::hedge_options options, coretry::hedge_stats& stats) {
+  return detail::hedge_compiled(c, std::move(req),
+                                coretry::retry_policy(std::forward<Policy>(policy)),
+                                std::move(options), stats);
 }
 
 /// `hedge` for any completion token, on the client's executor.
 ///
-/// Completion signature: `void(std::error_code, response)`; the error is empty whenever a
-/// response is delivered. Invalid or non-idempotent requests throw `std::invalid_argument` at
-/// the call; nothing is sent then. Cancellation: any type through the handler's slot, and the
-/// group token; completes once with `operation_aborted`. Thread safety: any thread.
+/// Invalid or non-idempotent requests throw `std::invalid_argument` at the call; nothing is sent
+/// then. Thread safety: any thread.
+///
+/// @par Completion Signature
+/// `void(error_code, response)`; the error is empty whenever a response is delivered.
+///
+/// @par Per-Operation Cancellation
+/// Any type through the handler's slot, and the group token: every copy in flight is cancelled;
+/// the handler gets `operation_aborted`, once.
 template <class CompletionToken>
 auto async_hedge(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  coretry::hedge_options options, CompletionToken&& token) {
@@ -129,6 +149,23 @@ template <class CompletionToken>
 auto async_hedge(client&, detail::braced_request, coretry::retry_policy, coretry::hedge_options,
                  CompletionToken&&) {
   CORETRY_CURL_REFUSE_BRACED(CompletionToken);
+}
+#endif
+
+#if CORETRY_REFUSE_BRACED_POLICY
+// g++ 12: a braced policy inside co_await fails to compile here, saying what to write
+// (coretry/detail/braced_policy.hpp).
+template <class G = void>
+asio::awaitable<response> hedge(client&, CORETRY_CURL_REQUEST, coretry::detail::braced_policy,
+                                coretry::hedge_options = coretry::hedge_options()) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
+  return {};
+}
+template <class G = void>
+asio::awaitable<response> hedge(client&, CORETRY_CURL_REQUEST, coretry::detail::braced_policy,
+                                coretry::hedge_options, coretry::hedge_stats&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(G);
+  return {};
 }
 #endif
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// Why `retry_async` and `async_retry` refuse a braced policy on g++ 12. Private: included by
+// Why `retry_async` and `hedge_async` refuse a braced policy on g++ 12. Private: included by
 // <coretry/retry.hpp>.
 //
 // g++ 12 miscompiles an aggregate temporary initialized inside a `co_await` expression, as in
@@ -8,10 +8,13 @@
 // another place of the coroutine frame, hands the copy to the callee, and then destroys both.
 // Every member that owns something (the policy's `std::string label`, its `shared_ptr`s and
 // `std::function`s) is then freed twice or at a wrong address ("free(): invalid pointer"). No
-// callee can repair an argument that arrives that way. So on g++ 12 the front ends' policy
-// parameter has no default type: a braced list cannot deduce it and selects the overload below,
-// which fails to compile with a message saying what to write. g++ 13 and later, and clang, take
-// the braced list.
+// callee can repair an argument that arrives that way. So on g++ 12 the policy parameter of the
+// awaitable front ends (`retry_async`, `hedge_async`), which are always awaited, has no default
+// type: a braced list cannot deduce it and selects an overload that fails to compile with a
+// message saying what to write. g++ 13 and later, and clang, take the braced list. The token
+// front ends (`async_retry`, `async_hedge`) still take it on g++ 12: with a callback or
+// `use_future` nothing is awaited and the braced policy is safe; awaited through
+// `use_awaitable`, it meets the bug.
 //
 // The same bug hits a temporary written with its type, `retry_policy{.max_attempts = 3}`, which
 // no overload can tell from `std::move(policy)`: on g++ 12 name the policy first (or pass a
@@ -49,9 +52,9 @@ struct any_field {
 /// argument initialises on g++ 12, only to be refused. Keep in step with `retry_policy` (a
 /// member missing here makes the braced form fail with a plainer message, never run).
 struct braced_policy {
-  any_field max_attempts, deadline, attempt_timeout, backoff, max_retry_after, retry_if,
-      pushback_if, on_retry, budget, breaker, when_open, rate_limit, throttle_if, cancellation,
-      seed, report, result_filter, observer, label;
+  any_field max_attempts{}, deadline{}, attempt_timeout{}, backoff{}, max_retry_after{},
+      retry_if{}, pushback_if{}, on_retry{}, budget{}, breaker{}, when_open{}, rate_limit{},
+      throttle_if{}, cancellation{}, seed{}, report{}, result_filter{}, observer{}, label{};
 };
 
 template <class> inline constexpr bool braced_policy_refused = false;

@@ -335,8 +335,8 @@ private:
   }
 
   /// Does what the loop decided. Returns at once after handing `self` on: the state may be gone.
-  void step(self_ptr self, next_step next) {
-    switch (next) {
+  void step(self_ptr self, next_step decision) {
+    switch (decision) {
     case next_step::attempt:
       return attempt(std::move(self));
     case next_step::sleep:
@@ -401,8 +401,10 @@ private:
       retry_op* raw = self.get();
       // co_spawn itself (1.22 to 1.38) does not use its handler's allocator; the handler carries
       // it all the same, for whatever does.
-      asio::cancellation_slot slot = signal_ ? signal_->slot() : asio::cancellation_slot();
-      asio::co_spawn(ex, run_attempt(raw), attempt_done_handler{std::move(self), slot, alloc_});
+      asio::cancellation_slot attempt_slot =
+          signal_ ? signal_->slot() : asio::cancellation_slot();
+      asio::co_spawn(ex, run_attempt(raw),
+                     attempt_done_handler{std::move(self), attempt_slot, alloc_});
     }
   }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
-// A consumer of coretry::prometheus (find_package COMPONENTS prometheus, or pkg-config
-// coretry-prometheus): an observed breaker opens, an operation's events arrive, and the registry
-// serialises them as a scrape would. No Asio here: it builds in a second or two.
+// A consumer of coretry::prometheus (find_package COMPONENTS prometheus, pkg-config
+// coretry-prometheus, or add_subdirectory: test/package/consumer): an observed breaker opens, an
+// operation's events arrive, and the registry serialises them as a scrape would; a
+// prometheus::Exposer (prometheus-cpp's pull library, which the documented link line brings)
+// serves the registry on a free loopback port. No Asio here: it builds in a second or two.
 #include <coretry/prometheus.hpp>
 
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
@@ -32,6 +35,10 @@ int main() {
       std::fprintf(stderr, "no sample %s in:\n%s", want, text.c_str());
       return 1;
     }
+  prometheus::Exposer exposer("127.0.0.1:0");
+  exposer.RegisterCollectable(registry);
+  if (exposer.GetListeningPorts().empty())
+    return 1;
   std::puts("coretry::prometheus consumer: ok");
   return 0;
 }

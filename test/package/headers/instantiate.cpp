@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: BSL-1.0
+// Instantiates coretry's function templates the ways an application does, so that the warnings
+// consumer (CMakeLists.txt here) checks their bodies as well as their declarations.
+#include <coretry/coretry.hpp>
+#if CORETRY_WITH_CURL
+#include <coretry/curl/curl.hpp>
+#endif
+
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <cstdio>
+#include <utility>
+#include <system_error>
+
+namespace {
+
+asio::awaitable<int> value_attempt() { co_return 42; }
+
+asio::awaitable<int> coroutine_caller() {
+  int n = co_await coretry::retry_async([] { return value_attempt(); },
+                                        coretry::retry_policy{.max_attempts = 3});
+  coretry::retry_stats stats;
+  n += co_await coretry::retry_async([] { return value_attempt(); }, coretry::retry_policy{},
+                                     stats);
+  co_return n;
+}
+
+void callback_caller(asio::io_context& io) {
+  static asio::steady_timer timer(io);
+  auto op = [](auto&& token) { return timer.async_wait(std::forward<decltype(token)>(token)); };
+  coretry::async_retry(io.get_executor(), op, coretry::retry_policy{},
+                       [](std::error_code ec) { std::printf("%s\n", ec.message().c_str()); });
+  coretry::async_retry(io.get_executor(), [] { return value_attempt(); }, coretry::retry_policy{},
+                       [](std::error_code ec, int v) {
+                         std::printf("%s %d\n", ec.message().c_str(), v);
+                       });
+}
+
+#if CORETRY_WITH_CURL
+asio::awaitable<long> http_coroutine(coretry::curl::client& c, coretry::curl::request req) {
+  auto r = co_await coretry::curl::retry(c, std::move(req), {.max_attempts = 3});
+  co_return r.status;
+}
+
+void http_callback(coretry::curl::client& c, coretry::curl::request req) {
+  coretry::retry_stats stats;
+  coretry::curl::async_retry(c, req, {}, [](std::error_code ec, coretry::curl::response r) {
+    std::printf("%s %ld\n", ec.message().c_str(), r.status);
+  });
+  coretry::curl::async_retry(c, std::move(req), {}, stats,
+                             [](std::error_code, coretry::curl::response) {});
+}
+#endif
+
+} // namespace
+
+void coretry_headers_instantiate(asio::io_context& io) {
+  asio::co_spawn(io, coroutine_caller(), asio::detached);
+  callback_caller(io);
+#if CORETRY_WITH_CURL
+  coretry::curl::client c(io.get_executor());
+  asio::co_spawn(io, http_coroutine(c, coretry::curl::request{}), asio::detached);
+  http_callback(c, coretry::curl::request{});
+#endif
+}
