@@ -25,20 +25,6 @@ constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 using coretry::curl::detail::armed_faults;
 using coretry::curl::detail::fault_point;
 
-struct outcome {
-  std::error_code ec;
-  response r;
-};
-
-outcome perform(asio::io_context& io, client& c, request req) {
-  outcome out;
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    auto [ec, r] = co_await c.async_perform(std::move(req), nothrow);
-    out = {ec, std::move(r)};
-  }());
-  return out;
-}
-
 void arm(fault_point p) {
   armed_faults.fetch_or(static_cast<unsigned>(p));
 }

@@ -17,23 +17,6 @@
 
 namespace {
 
-constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
-
-struct outcome {
-  std::error_code ec;
-  response r;
-};
-
-outcome perform(asio::io_context& io, client& c, request req) {
-  outcome out;
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    auto [ec, r] = co_await c.async_perform(std::move(req), nothrow);
-    out.ec = ec;
-    out.r = std::move(r);
-  }());
-  return out;
-}
-
 /// Leaves `n` idle keep-alive connections to `server` in `c`'s cache (n GETs at once, each
 /// answered after a short delay so that none can wait for another's connection).
 void fill_cache(asio::io_context& io, client& c, http_fault_server& server, int n) {

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <utility>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -115,6 +117,24 @@ inline void raise_fd_limit() {
   }
 }
 
+/// How one `client::async_perform` ended: its error and its response.
+struct perform_outcome {
+  std::error_code ec;
+  curl::response r;
+};
+
+/// Runs one `async_perform` of `req` on `c` to its end (the context run until then).
+inline perform_outcome perform(asio::io_context& io, curl::client& c, curl::request req) {
+  perform_outcome out;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await c.async_perform(std::move(req),
+                                            coretry::detail::as_tuple(asio::use_awaitable));
+    out.ec = ec;
+    out.r = std::move(r);
+  }());
+  return out;
+}
+
 } // namespace coretry::test
 
 // The names every curl test file uses (test files only include this header).
@@ -127,6 +147,7 @@ using coretry::curl::response;
 using coretry::test::get;
 using coretry::test::http_action;
 using coretry::test::http_fault_server;
+using coretry::test::perform;
 using coretry::test::post;
 using coretry::test::run_for;
 using coretry::test::run_until;

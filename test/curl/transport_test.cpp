@@ -19,21 +19,6 @@ namespace {
 
 constexpr auto nothrow = coretry::detail::as_tuple(asio::use_awaitable);
 
-struct outcome {
-  std::error_code ec;
-  response r;
-};
-
-outcome perform(asio::io_context& io, client& c, request req) {
-  outcome out;
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    auto [ec, r] = co_await c.async_perform(std::move(req), nothrow);
-    out.ec = ec;
-    out.r = std::move(r);
-  }());
-  return out;
-}
-
 /// Sets environment variables for its lifetime (libcurl reads them at each transfer).
 struct env_guard {
   explicit env_guard(std::initializer_list<std::pair<const char*, std::string>> vars) {
