@@ -279,3 +279,43 @@ TEST_CASE("async_hedge takes a shared_policy, as async_retry does") {
                                        coretry::hedge_options{}, [](std::error_code, int) {}),
                   std::invalid_argument);
 }
+
+TEST_CASE("async_retry and async_hedge take a handler bound to an io_context::strand") {
+  // An older-style executor has no outstanding_work property: its work is an executor_work_guard.
+  asio::io_context io;
+  asio::io_context::strand legacy(io);
+  int completions = 0;
+  auto quick = []() -> asio::awaitable<int> { co_return 3; };
+  coretry::async_retry(io.get_executor(), quick, retry_policy{.max_attempts = 2},
+                       asio::bind_executor(legacy, [&](std::error_code ec, int v) {
+                         CHECK_FALSE(ec);
+                         CHECK(v == 3);
+                         ++completions;
+                       }));
+  coretry::async_hedge(io.get_executor(), quick, retry_policy{.max_attempts = 2},
+                       coretry::hedge_options{},
+                       asio::bind_executor(legacy, [&](std::error_code ec, int v) {
+                         CHECK_FALSE(ec);
+                         CHECK(v == 3);
+                         ++completions;
+                       }));
+  io.run();
+  CHECK(completions == 2);
+}
+
+TEST_CASE("the hedge takes a type derived from retry_policy, as its 0.2 by-value parameter did") {
+  struct named_policy : retry_policy {};
+  named_policy p;
+  p.max_attempts = 2;
+  asio::io_context io;
+  int completions = 0;
+  auto quick = []() -> asio::awaitable<int> { co_return 5; };
+  coretry::async_hedge(io.get_executor(), quick, p, coretry::hedge_options{},
+                       [&](std::error_code ec, int v) {
+                         CHECK_FALSE(ec);
+                         CHECK(v == 5);
+                         ++completions;
+                       });
+  io.run();
+  CHECK(completions == 1);
+}

@@ -144,7 +144,7 @@ namespace coretry {
 /// copy in flight; the operation throws `std::system_error(asio::error::operation_aborted)` once
 /// they have all returned.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
-requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
   return detail::hedge_entry<Timer, detail::op_result_t<Op>>(
       std::move(op), detail::policy_copy(std::forward<Policy>(policy)), std::move(hedge), nullptr);
@@ -152,7 +152,7 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
 
 /// As above, and fills `stats`, which must outlive the operation.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
-requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
   return detail::hedge_entry<Timer, detail::op_result_t<Op>>(
       std::move(op), detail::policy_copy(std::forward<Policy>(policy)), std::move(hedge), &stats);
@@ -175,7 +175,7 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
 /// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken>
-requires detail::policy_argument<Policy>
+requires detail::policy_value<Policy>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;
@@ -189,7 +189,7 @@ auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options
 /// As above, and fills `stats`, which must outlive the operation.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken>
-requires detail::policy_argument<Policy>
+requires detail::policy_value<Policy>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  hedge_stats& stats, CompletionToken&& token) {
   using value_type = detail::op_result_t<Op>;

@@ -307,6 +307,12 @@ template <class P>
 concept policy_argument = std::is_same_v<std::remove_cvref_t<P>, retry_policy> ||
     std::is_same_v<std::remove_cvref_t<P>, shared_policy>;
 
+/// What the front ends that copy their policy take (the hedge, the HTTP front ends): a
+/// `retry_policy`, a `shared_policy`, or anything that converts to a `retry_policy` (a type
+/// derived from it, or with a conversion operator), as their 0.2 by-value parameter did.
+template <class P>
+concept policy_value = policy_argument<P> || std::is_convertible_v<P, retry_policy>;
+
 /// What an operation keeps of the policy it was given: a copy of a `retry_policy`, or the
 /// `shared_policy` itself.
 template <class P> using held_policy_t = std::remove_cvref_t<P>;

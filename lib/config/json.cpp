@@ -866,7 +866,15 @@ policy_config read_policy(std::string_view text, const status_lookup& statuses) 
   const json doc = parse(text);
   policy_config out = read_own(doc, statuses);
   try {
-    out.policy.validate();
+    // overload_safe_per_endpoint's placeholder breaker is valid here: a registry replaces it
+    // before the policy runs (and the front ends refuse it if none does).
+    if (detail::is_registry_placeholder(out.policy.breaker.get())) {
+      retry_policy check = out.policy;
+      check.breaker.reset();
+      check.validate();
+    } else {
+      out.policy.validate();
+    }
     if (out.hedge)
       out.hedge->validate();
   } catch (const std::invalid_argument& e) {

@@ -52,6 +52,7 @@ CORETRY_API std::string_view grpc_status_name(std::int64_t code) noexcept;
 struct method_name {
   std::string service; ///< e.g. "grpc.examples.echo.Echo"
   std::string method;  ///< e.g. "UnaryEcho"; empty: the whole service.
+  /// Equal when both the service and the method are.
   friend bool operator==(const method_name&, const method_name&) = default;
 };
 

@@ -88,11 +88,11 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// cancel every copy in flight. Lifetime and thread safety as `retry`: `c` need not outlive the
 /// operation (copies still running end with `operation_aborted`).
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires std::same_as<std::remove_cvref_t<Policy>, coretry::retry_policy>
+requires coretry::detail::policy_value<Policy>
 asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
                                 coretry::hedge_options options = coretry::hedge_options()) {
   return detail::hedge_compiled(c, std::move(req),
-                                coretry::retry_policy(std::forward<Policy>(policy)),
+                                coretry::detail::policy_copy(std::forward<Policy>(policy)),
                                 std::move(options));
 }
 
@@ -104,11 +104,11 @@ inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req) {
 
 /// As above, and fills `stats`, which must outlive the operation.
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires std::same_as<std::remove_cvref_t<Policy>, coretry::retry_policy>
+requires coretry::detail::policy_value<Policy>
 asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
                                 coretry::hedge_options options, coretry::hedge_stats& stats) {
   return detail::hedge_compiled(c, std::move(req),
-                                coretry::retry_policy(std::forward<Policy>(policy)),
+                                coretry::detail::policy_copy(std::forward<Policy>(policy)),
                                 std::move(options), stats);
 }
 

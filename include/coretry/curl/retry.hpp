@@ -325,10 +325,10 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 /// unresumed with its execution context, it touches nothing of `c`. Thread safety: as
 /// `client::async_perform`.
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires std::same_as<std::remove_cvref_t<Policy>, coretry::retry_policy>
+requires coretry::detail::policy_value<Policy>
 asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy) {
   return detail::retry_compiled(c, std::move(req),
-                                coretry::retry_policy(std::forward<Policy>(policy)));
+                                coretry::detail::policy_copy(std::forward<Policy>(policy)));
 }
 
 /// `retry` with the default `retry_policy`.
@@ -339,11 +339,11 @@ inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req) {
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires std::same_as<std::remove_cvref_t<Policy>, coretry::retry_policy>
+requires coretry::detail::policy_value<Policy>
 asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
                                 coretry::retry_stats& stats) {
   return detail::retry_compiled(c, std::move(req),
-                                coretry::retry_policy(std::forward<Policy>(policy)), stats);
+                                coretry::detail::policy_copy(std::forward<Policy>(policy)), stats);
 }
 
 /// `retry` for any completion token, on the client's executor.

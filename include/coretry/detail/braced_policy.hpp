@@ -17,9 +17,11 @@
 // `use_awaitable`, it meets the bug.
 //
 // The same bug hits a temporary written with its type, `retry_policy{.max_attempts = 3}`, which
-// no overload can tell from `std::move(policy)`: on g++ 12 name the policy first (or pass a
-// `shared_policy`, or a function's result such as `presets::overload_safe()`, which g++ 12
-// compiles correctly). docs/core.md, "g++ 12".
+// no overload can tell from `std::move(policy)`: on g++ 12 name the policy in an earlier
+// statement (a `shared_policy` likewise: one built inside the `co_await` expression holds the
+// same temporary), or pass a function's result such as `presets::overload_safe()`, which g++ 12
+// compiles correctly. A braced `hedge_options` has the same problem and is not refused yet.
+// docs/core.md, "g++ 12".
 
 #include <type_traits>
 

@@ -109,8 +109,7 @@ public:
     // Until it completes, the operation keeps its handler's executor busy, as retry_op and
     // Asio's composed operations do: a handler bound to another context keeps that context's
     // run() from returning before the completion arrives.
-    handler_work_.emplace(asio::prefer(asio::get_associated_executor(*handler_, executor_),
-                                       asio::execution::outstanding_work.tracked));
+    handler_work_.emplace(track_work(asio::get_associated_executor(*handler_, executor_)));
     notify = &hedge_state::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
@@ -586,9 +585,7 @@ private:
 
   Strand strand_;
   std::optional<Handler> handler_;
-  using handler_work_type = std::decay_t<decltype(asio::prefer(
-      std::declval<const asio::associated_executor_t<Handler, Executor>&>(),
-      asio::execution::outstanding_work.tracked))>;
+  using handler_work_type = work_t<asio::associated_executor_t<Handler, Executor>>;
   std::optional<handler_work_type> handler_work_; ///< released when the handler is posted
   Executor executor_;
   Op op_;
@@ -638,13 +635,12 @@ template <class Timer, class T, class Deliver> struct initiate_hedge {
     with_serializing_executor(ex, [&](const auto& strand) {
       using strand_type = std::decay_t<decltype(strand)>;
       using state_type = hedge_state<Timer, T, Op, strand_type, handler_type, Executor, Deliver>;
-      // Allocated with the handler's allocator, as retry_op's state is.
-      using alloc_type = typename std::allocator_traits<
-          asio::associated_allocator_t<handler_type>>::template rebind_alloc<state_type>;
-      alloc_type alloc(asio::get_associated_allocator(handler));
-      auto s = std::allocate_shared<state_type>(alloc, strand, std::forward<Handler>(handler), ex,
-                                                std::move(op), std::move(policy), std::move(hedge),
-                                                stats);
+      // Not with the handler's allocator: the hedge posts its handler while the attempts'
+      // completions may still hold the state, and Asio's rule is that memory from that allocator
+      // is freed before the handler runs (retry_op, whose state dies before the upcall, uses it).
+      auto s =
+          std::make_shared<state_type>(strand, std::forward<Handler>(handler), ex, std::move(op),
+                                       std::move(policy), std::move(hedge), stats);
       s->connect(user_slot);
       // Never inline: even an operation that ends before its first attempt completes later.
       asio::post(strand, [s = std::move(s)] { s->start(); });

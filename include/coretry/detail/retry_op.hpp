@@ -179,6 +179,17 @@ template <class E> auto inner_executor(const E& e) {
 
 struct no_executor {};
 
+/// Outstanding work on `e`, held until the operation completes: `prefer(e, tracked)` for a
+/// standard executor, an `executor_work_guard` for an older-style one (`io_context::strand`),
+/// which has no `outstanding_work` property.
+template <class E> auto track_work(const E& e) {
+  if constexpr (asio::execution::is_executor<E>::value)
+    return asio::prefer(e, asio::execution::outstanding_work.tracked);
+  else
+    return asio::executor_work_guard<E>(e);
+}
+template <class E> using work_t = decltype(track_work(std::declval<const E&>()));
+
 // --- The composed operation ------------------------------------------------------------------
 
 /// One retry operation as an Asio composed operation: one heap state, driven by completion
@@ -210,8 +221,7 @@ class retry_op final : public cancellation_registration,
   using shape = attempt_shape<Op>;
   using self_ptr = std::shared_ptr<retry_op>;
   using handler_executor_type = asio::associated_executor_t<Handler, Executor>;
-  using handler_work_type = std::decay_t<decltype(asio::prefer(
-      std::declval<const handler_executor_type&>(), asio::execution::outstanding_work.tracked))>;
+  using handler_work_type = work_t<handler_executor_type>;
   /// The handler's associated allocator, which every intermediate handler carries (a copy each,
   /// never a reference into the state: Asio may ask a handler for it after the state is gone).
   using allocator_type = asio::associated_allocator_t<Handler>;
@@ -231,7 +241,7 @@ public:
     if constexpr (std::is_same_v<handler_executor_type, Executor>)
       same = hex == io_ex;
     if (!same)
-      handler_work_.emplace(asio::prefer(hex, asio::execution::outstanding_work.tracked));
+      handler_work_.emplace(track_work(hex));
     if (controlled) {
       const retry_policy& p = policy_of(policy_);
       signal_ = std::make_unique<asio::cancellation_signal>();

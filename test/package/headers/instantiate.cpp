@@ -40,7 +40,8 @@ void callback_caller(asio::io_context& io) {
 
 #if CORETRY_WITH_CURL
 asio::awaitable<long> http_coroutine(coretry::curl::client& c, coretry::curl::request req) {
-  auto r = co_await coretry::curl::retry(c, std::move(req), {.max_attempts = 3});
+  const coretry::retry_policy policy{.max_attempts = 3}; // named: g++ 12 (docs/core.md)
+  auto r = co_await coretry::curl::retry(c, std::move(req), policy);
   co_return r.status;
 }
 
