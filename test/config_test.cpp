@@ -573,6 +573,11 @@ TEST_CASE("own form refusals: unknown fields, wrong values, coretry's own ranges
         "breaker.failure_ratoi: unknown field");
   CHECK(own_error(R"({"x y": 1})") == R"(["x y"]: unknown field)");
   CHECK(own_error(R"({"max_attempts": 0})") == "max_attempts: 0 is below 1");
+  // 2^64 parses as a double equal to the maximum as a double: refused, never converted (the
+  // fuzz target's UBSan finding).
+  CHECK(own_error(R"({"seed": 18446744073709551616})").rfind("seed: ", 0) == 0);
+  CHECK(own_error(R"({"seed": 18446744073709551616})").find("is above") != std::string::npos);
+  CHECK(read_policy(R"({"seed": 18446744073709551615})").policy.seed.has_value());
   CHECK(own_error(R"({"deadline": "0s"})") == R"(deadline: "0s" is not positive)");
   CHECK(own_error(R"({"deadline": "10 s"})") ==
         R"(deadline: "10 s" is not a duration (such as "100ms", "1.5s"))");

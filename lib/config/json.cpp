@@ -186,7 +186,10 @@ std::uint64_t whole(const json& v, const std::string& path, std::uint64_t min, s
     fail(path, show(v) + " is not a whole number");
   if (d < static_cast<double>(min))
     fail(path, show(v) + " is below " + std::to_string(min));
-  if (d > static_cast<double>(max))
+  // 2^64 and above fit no std::uint64_t, and `max` as a double may round up to 2^64: compare
+  // in the integer only once the conversion is defined.
+  if (d > static_cast<double>(max) || d >= 18446744073709551616.0 ||
+      static_cast<std::uint64_t>(d) > max)
     fail(path, show(v) + " is above " + std::to_string(max));
   return static_cast<std::uint64_t>(d);
 }
