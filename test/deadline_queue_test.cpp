@@ -324,7 +324,8 @@ TEST_CASE("deadline queue: an owner dying while the timer claims its entry waits
   CHECK(q.size() == 0);
 }
 
-TEST_CASE("deadline queue: a wait dropped by manual_clock::reset() is armed afresh by the next push") {
+TEST_CASE(
+    "deadline queue: a wait dropped by manual_clock::reset() is armed afresh by the next push") {
   // Issue 32, finding 15: reset() destroys the queue's pending wait uncalled; the queue went on
   // believing it waited until the old instant, so a later deadline at or after it never fired.
   manual_clock::reset();

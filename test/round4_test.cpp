@@ -249,7 +249,8 @@ TEST_CASE("async_hedge clears the caller's slot on the handler's executor, where
                                                     ++completions;
                                                   })));
       auto t = std::make_shared<asio::steady_timer>(caller, std::chrono::microseconds(gen() % 200));
-      t->async_wait([t, signal](std::error_code) { signal->emit(asio::cancellation_type::terminal); });
+      t->async_wait(
+          [t, signal](std::error_code) { signal->emit(asio::cancellation_type::terminal); });
     }
   });
   caller.run();
@@ -275,8 +276,9 @@ TEST_CASE("async_hedge takes a shared_policy, as async_retry does") {
   CHECK(o.value == 4);
   coretry::shared_policy moved{retry_policy{}};
   const coretry::shared_policy taken = std::move(moved);
-  CHECK_THROWS_AS(coretry::async_hedge(io.get_executor(), [&] { return op(); }, moved,
-                                       coretry::hedge_options{}, [](std::error_code, int) {}),
+  CHECK_THROWS_AS(coretry::async_hedge(
+                      io.get_executor(), [&] { return op(); }, moved, coretry::hedge_options{},
+                      [](std::error_code, int) {}),
                   std::invalid_argument);
 }
 

@@ -127,8 +127,8 @@ struct perform_outcome {
 inline perform_outcome perform(asio::io_context& io, curl::client& c, curl::request req) {
   perform_outcome out;
   run_until_done(io, [&]() -> asio::awaitable<void> {
-    auto [ec, r] = co_await c.async_perform(std::move(req),
-                                            coretry::detail::as_tuple(asio::use_awaitable));
+    auto [ec, r] =
+        co_await c.async_perform(std::move(req), coretry::detail::as_tuple(asio::use_awaitable));
     out.ec = ec;
     out.r = std::move(r);
   }());

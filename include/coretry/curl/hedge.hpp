@@ -88,9 +88,9 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// cancel every copy in flight. Lifetime and thread safety as `retry`: `c` need not outlive the
 /// operation (copies still running end with `operation_aborted`).
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires coretry::detail::policy_value<Policy>
-asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
-                                coretry::hedge_options options = coretry::hedge_options()) {
+requires coretry::detail::policy_value<Policy> asio::awaitable<response>
+hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
+      coretry::hedge_options options = coretry::hedge_options()) {
   return detail::hedge_compiled(c, std::move(req),
                                 coretry::detail::policy_copy(std::forward<Policy>(policy)),
                                 std::move(options));
@@ -104,9 +104,9 @@ inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req) {
 
 /// As above, and fills `stats`, which must outlive the operation.
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires coretry::detail::policy_value<Policy>
-asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
-                                coretry::hedge_options options, coretry::hedge_stats& stats) {
+requires coretry::detail::policy_value<Policy> asio::awaitable<response>
+hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::hedge_options options,
+      coretry::hedge_stats& stats) {
   return detail::hedge_compiled(c, std::move(req),
                                 coretry::detail::policy_copy(std::forward<Policy>(policy)),
                                 std::move(options), stats);

@@ -265,10 +265,10 @@ private:
 // tokens (`use_awaitable`, `deferred`, `use_future`, `as_tuple(...)`, ...) are not invocable so.
 template <class T, class H = std::decay_t<T>>
 inline constexpr bool erasable_http_handler =
-    std::is_invocable_v<H&&, coretry::detail::asio_error_code, response> &&
-    std::is_move_constructible_v<H> &&
-    std::is_same_v<asio::associated_allocator_t<H>, std::allocator<void>> &&
-    std::is_same_v<asio::associated_cancellation_slot_t<H>, asio::cancellation_slot>;
+    std::is_invocable_v<H&&, coretry::detail::asio_error_code, response>&&
+        std::is_move_constructible_v<H>&&
+            std::is_same_v<asio::associated_allocator_t<H>, std::allocator<void>>&&
+                std::is_same_v<asio::associated_cancellation_slot_t<H>, asio::cancellation_slot>;
 
 CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retry_policy policy,
                                            coretry::retry_stats* stats, http_handler handler);
@@ -325,8 +325,8 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 /// unresumed with its execution context, it touches nothing of `c`. Thread safety: as
 /// `client::async_perform`.
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires coretry::detail::policy_value<Policy>
-asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy) {
+requires coretry::detail::policy_value<Policy> asio::awaitable<response>
+retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy) {
   return detail::retry_compiled(c, std::move(req),
                                 coretry::detail::policy_copy(std::forward<Policy>(policy)));
 }
@@ -339,9 +339,8 @@ inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req) {
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
 template <class Policy CORETRY_DEFAULT_POLICY>
-requires coretry::detail::policy_value<Policy>
-asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
-                                coretry::retry_stats& stats) {
+requires coretry::detail::policy_value<Policy> asio::awaitable<response>
+retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::retry_stats& stats) {
   return detail::retry_compiled(c, std::move(req),
                                 coretry::detail::policy_copy(std::forward<Policy>(policy)), stats);
 }

@@ -54,9 +54,9 @@ struct any_field {
 /// argument initialises on g++ 12, only to be refused. Keep in step with `retry_policy` (a
 /// member missing here makes the braced form fail with a plainer message, never run).
 struct braced_policy {
-  any_field max_attempts{}, deadline{}, attempt_timeout{}, backoff{}, max_retry_after{},
-      retry_if{}, pushback_if{}, on_retry{}, budget{}, breaker{}, when_open{}, rate_limit{},
-      throttle_if{}, cancellation{}, seed{}, report{}, result_filter{}, observer{}, label{};
+  any_field max_attempts{}, deadline{}, attempt_timeout{}, backoff{}, max_retry_after{}, retry_if{},
+      pushback_if{}, on_retry{}, budget{}, breaker{}, when_open{}, rate_limit{}, throttle_if{},
+      cancellation{}, seed{}, report{}, result_filter{}, observer{}, label{};
 };
 
 template <class> inline constexpr bool braced_policy_refused = false;

@@ -140,9 +140,8 @@ public:
     started_ = true;
     // In retry_op's order: link to the group, then the budget and the observer hear of the
     // operation, then a cancellation that came first ends it.
-    const bool cancelled =
-        cancel_requested_ ||
-        (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this));
+    const bool cancelled = cancel_requested_ || (policy_.cancellation.can_be_cancelled() &&
+                                                 !policy_.cancellation.attach(*this));
     if (policy_.budget)
       policy_.budget->on_request(start_);
     if (policy_.observer)
@@ -562,13 +561,13 @@ private:
     // The caller's slot is cleared on the handler's executor, where the caller emits into it,
     // as retry_op does: clearing it here, on the strand, would race with an emit on the
     // caller's thread.
-    asio::post(ex, asio::bind_allocator(alloc, [h = std::move(*handler_),
-                                                r = std::move(result_)]() mutable {
-                 auto user_slot = asio::get_associated_cancellation_slot(h);
-                 if (user_slot.is_connected())
-                   user_slot.clear();
-                 Deliver::template deliver<T>(h, r);
-               }));
+    asio::post(ex, asio::bind_allocator(
+                       alloc, [h = std::move(*handler_), r = std::move(result_)]() mutable {
+                         auto user_slot = asio::get_associated_cancellation_slot(h);
+                         if (user_slot.is_connected())
+                           user_slot.clear();
+                         Deliver::template deliver<T>(h, r);
+                       }));
     handler_.reset();
   }
 

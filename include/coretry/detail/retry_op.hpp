@@ -411,8 +411,7 @@ private:
       retry_op* raw = self.get();
       // co_spawn itself (1.22 to 1.38) does not use its handler's allocator; the handler carries
       // it all the same, for whatever does.
-      asio::cancellation_slot attempt_slot =
-          signal_ ? signal_->slot() : asio::cancellation_slot();
+      asio::cancellation_slot attempt_slot = signal_ ? signal_->slot() : asio::cancellation_slot();
       asio::co_spawn(ex, run_attempt(raw),
                      attempt_done_handler{std::move(self), attempt_slot, alloc_});
     }

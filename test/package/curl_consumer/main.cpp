@@ -32,19 +32,19 @@ int main() {
   std::string outcome = "none";
   // Named: g++ 12 refuses a braced policy in the awaitable front ends (docs/core.md, "g++ 12").
   const coretry::retry_policy policy{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)};
-  asio::co_spawn(
-      io, coretry::curl::retry(client, std::move(req), policy, stats),
-      [&](std::exception_ptr e, coretry::curl::response r) {
-        if (!e) {
-          outcome = "status " + std::to_string(r.status);
-          return;
-        }
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::system_error& err) {
-          outcome = err.code() == coretry::curl::errc::couldnt_connect ? "refused" : err.what();
-        }
-      });
+  asio::co_spawn(io, coretry::curl::retry(client, std::move(req), policy, stats),
+                 [&](std::exception_ptr e, coretry::curl::response r) {
+                   if (!e) {
+                     outcome = "status " + std::to_string(r.status);
+                     return;
+                   }
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const std::system_error& err) {
+                     outcome = err.code() == coretry::curl::errc::couldnt_connect ? "refused"
+                                                                                  : err.what();
+                   }
+                 });
   io.run();
   std::printf("curl consumer: %s after %u attempts\n", outcome.c_str(), stats.attempts);
   return outcome == "refused" && stats.attempts == 3 ? 0 : 1;

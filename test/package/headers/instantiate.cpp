@@ -11,19 +11,21 @@
 #include <asio/steady_timer.hpp>
 
 #include <cstdio>
-#include <utility>
 #include <system_error>
+#include <utility>
 
 namespace {
 
-asio::awaitable<int> value_attempt() { co_return 42; }
+asio::awaitable<int> value_attempt() {
+  co_return 42;
+}
 
 asio::awaitable<int> coroutine_caller() {
   int n = co_await coretry::retry_async([] { return value_attempt(); },
                                         coretry::retry_policy{.max_attempts = 3});
   coretry::retry_stats stats;
-  n += co_await coretry::retry_async([] { return value_attempt(); }, coretry::retry_policy{},
-                                     stats);
+  n +=
+      co_await coretry::retry_async([] { return value_attempt(); }, coretry::retry_policy{}, stats);
   co_return n;
 }
 
@@ -32,10 +34,9 @@ void callback_caller(asio::io_context& io) {
   auto op = [](auto&& token) { return timer.async_wait(std::forward<decltype(token)>(token)); };
   coretry::async_retry(io.get_executor(), op, coretry::retry_policy{},
                        [](std::error_code ec) { std::printf("%s\n", ec.message().c_str()); });
-  coretry::async_retry(io.get_executor(), [] { return value_attempt(); }, coretry::retry_policy{},
-                       [](std::error_code ec, int v) {
-                         std::printf("%s %d\n", ec.message().c_str(), v);
-                       });
+  coretry::async_retry(
+      io.get_executor(), [] { return value_attempt(); }, coretry::retry_policy{},
+      [](std::error_code ec, int v) { std::printf("%s %d\n", ec.message().c_str(), v); });
 }
 
 #if CORETRY_WITH_CURL
