@@ -173,11 +173,12 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
 /// cancelled as terminal and the operation completes with `asio::error::operation_aborted`.
 ///
 /// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
+/// The token may be left out, as for `async_retry`: the executor's default completion token.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
-          class CompletionToken>
-requires detail::policy_value<Policy>
+          class CompletionToken = asio::default_completion_token_t<Executor>>
+requires detail::policy_value<Policy> && detail::token_for<CompletionToken, Op>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
-                 CompletionToken&& token) {
+                 CompletionToken&& token = CompletionToken()) {
   using value_type = detail::op_result_t<Op>;
   retry_policy p = detail::policy_copy(std::forward<Policy>(policy));
   detail::check_hedge<value_type>(p, hedge);
@@ -188,10 +189,10 @@ auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options
 
 /// As above, and fills `stats`, which must outlive the operation.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
-          class CompletionToken>
-requires detail::policy_value<Policy>
+          class CompletionToken = asio::default_completion_token_t<Executor>>
+requires detail::policy_value<Policy> && detail::token_for<CompletionToken, Op>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
-                 hedge_stats& stats, CompletionToken&& token) {
+                 hedge_stats& stats, CompletionToken&& token = CompletionToken()) {
   using value_type = detail::op_result_t<Op>;
   retry_policy p = detail::policy_copy(std::forward<Policy>(policy));
   detail::check_hedge<value_type>(p, hedge);

@@ -109,6 +109,11 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 /// Throws `std::invalid_argument` at the call when the policy is invalid (or an empty
 /// `shared_policy`); nothing starts then. Thread safety: the call may be made from any thread.
 ///
+/// The token may be left out: it is then the executor's default completion token, as for
+/// Asio's own operations (`asio::deferred` from Asio 1.30; before, only an executor that names
+/// one, such as `asio::use_awaitable_t<>::executor_with_default<E>`, has one). A token that does not
+/// fit the completion signature is refused at the call (`asio::completion_token_for`).
+///
 /// @par Completion Signature
 /// `void(error_code, T)`; `void(error_code)` when `T` is `void`;
 /// `void(error_code, std::optional<T>)` when `T` is not default constructible (`error_code`:
@@ -119,9 +124,9 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 /// policy's group token, stop the operation in an attempt or in a sleep; the handler then gets
 /// `asio::error::operation_aborted`, once, and a cancelled operation is never retried.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
-          class CompletionToken>
-requires detail::policy_argument<Policy>
-auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionToken&& token) {
+          class CompletionToken = asio::default_completion_token_t<Executor>>
+requires detail::policy_argument<Policy> && detail::token_for<CompletionToken, Op>
+auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionToken&& token = CompletionToken()) {
   using value_type = detail::op_result_t<Op>;
   detail::check_policy(policy);
   detail::check_result_filter<value_type>(detail::policy_of(policy));
@@ -135,10 +140,10 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionTok
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
-          class CompletionToken>
-requires detail::policy_argument<Policy>
+          class CompletionToken = asio::default_completion_token_t<Executor>>
+requires detail::policy_argument<Policy> && detail::token_for<CompletionToken, Op>
 auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& stats,
-                 CompletionToken&& token) {
+                 CompletionToken&& token = CompletionToken()) {
   using value_type = detail::op_result_t<Op>;
   detail::check_policy(policy);
   detail::check_result_filter<value_type>(detail::policy_of(policy));

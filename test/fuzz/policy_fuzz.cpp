@@ -248,6 +248,7 @@ void run_schedule(const coretry::retry_policy& p, FuzzedDataProvider& in) {
       }
       return;
     }
+    charge.used(); // the loop spends it when it sends the attempt
     check(!charge, "a retry sent but not spent");
     token.used();
     check(s.attempts() <= p.max_attempts, "more attempts than max_attempts");

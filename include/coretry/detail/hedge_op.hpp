@@ -27,6 +27,7 @@
 #include <coretry/policy.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -125,6 +126,7 @@ public:
       return;
     user_slot.assign([w = this->weak_from_this()](asio::cancellation_type) {
       if (auto s = w.lock()) {
+        s->cancel_seen_.store(true, std::memory_order_release);
         const Strand strand = s->strand_;
         asio::post(strand, [s = std::move(s)] { s->cancel(); });
       }
@@ -372,14 +374,33 @@ private:
         return false;
       }
     }
-    token_.used();
-    charge.used();
     if (policy_.observer) {
       sl.started = now;
       if (launched_ > 1)
         emit(*policy_.observer, hedge_started_event{policy_.label, launched_, in_flight_, trigger});
       emit(*policy_.observer, attempt_started_event{policy_.label, launched_});
     }
+    // retry_op's rule: a cancellation that arrived from a hook called above (`on_hedge`, the
+    // observer's `attempt_started`, the gate) is still on its way through the strand's queue,
+    // but the attempt is not sent. It ends abandoned, its grant, send token and budget charge
+    // go back, and the operation ends as cancelled.
+    if (cancel_seen_.load(std::memory_order_acquire) || policy_.cancellation.cancelled()) {
+      sl.running = false;
+      sl.cut = hedge_cut::lost;
+      sl.grant.report(attempt_kind::abandoned, now);
+      token_.returned();
+      --in_flight_;
+      free_slots_.push_back(&sl); // never spawned
+      if (policy_.observer)
+        emit(*policy_.observer,
+             attempt_finished_event{policy_.label, sl.number, nanoseconds{0}, aborted_error(),
+                                    attempt_outcome::abandoned, 0, {}});
+      finish_abort();
+      return false;
+    }
+    token_.used();
+    charge.used();
+    not_yet.used();
     if (policy_.attempt_timeout != unlimited) {
       if (!sl.timer)
         sl.timer.emplace(strand_);
@@ -576,6 +597,7 @@ private:
   // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<hedge_state&>(r);
+    self.cancel_seen_.store(true, std::memory_order_release);
     asio::post(self.strand_, [w = self.weak_from_this()] {
       if (auto s = w.lock())
         s->cancel();
@@ -614,6 +636,9 @@ private:
   bool completed_ = false;
   bool pacing_ = false;
   send_token token_;             ///< reserved from `rate_limit` for the next attempt
+  /// Set, from any thread, by the caller's slot or the group token before they post `cancel`:
+  /// `launch` sends no attempt once it is set.
+  std::atomic<bool> cancel_seen_{false};
   bool relaunch_posted_ = false; ///< a relaunch() is on its way through the strand's queue
 };
 

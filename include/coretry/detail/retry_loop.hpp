@@ -207,7 +207,8 @@ public:
     }
     if (pacing)
       return sleep();
-    token_.used();
+    // The send token and the budget's charge stay reserved until the driver sends the attempt
+    // (`sent`): a cancellation from the observer's hook below gives both back.
     if (stats_)
       stats_->attempts = sched_.attempts();
     ctx_ = attempt_context(sched_.attempts());
@@ -302,10 +303,19 @@ public:
   /// and the operation as cancelled: one rule, checked by every driver before it starts an
   /// attempt.
   next_step abandon_attempt() {
+    token_.returned();
+    charge_.returned();
     result_.value.reset();
     result_.exception = nullptr;
     result_.error = coretry::detail::aborted_error();
     return ended(false, true);
+  }
+
+  /// The attempt `top` started is being sent: its send token and its retry budget charge are
+  /// spent. Every driver calls it after its last cancellation check, before it initiates.
+  void sent() noexcept {
+    token_.used();
+    charge_.used();
   }
 
   /// A sleep that failed to start (its timer threw): the loop ends with what was thrown.
@@ -372,7 +382,9 @@ asio::awaitable<T> retry_loop(Op op, Policy held, retry_stats* stats, op_origin 
           core.policy().cancellation.cancelled()) { // cancelled by a hook `top` called
         if (core.abandon_attempt() == next_step::done)
           break;
+        continue;
       }
+      core.sent();
       try {
         if constexpr (shape::awaits_void) {
           co_await shape::start(op, core.context());

@@ -60,6 +60,13 @@ template <> struct signatures<void> {
 template <class T> using exception_signature_t = typename signatures<T>::exception;
 template <class T> using error_signature_t = typename signatures<T>::error;
 
+/// A completion token for the token front ends whose attempts are `Op`s: Asio's own constraint
+/// on its initiating functions. An argument that is no token (a `retry_stats`, say) then picks
+/// the other overload, and a handler of the wrong signature is refused at the call.
+template <class CompletionToken, class Op>
+concept token_for =
+    asio::completion_token_for<CompletionToken, error_signature_t<op_result_t<Op>>>;
+
 template <class T> delivered_t<T> take_value(loop_result<T>& r) {
   if constexpr (std::is_same_v<delivered_t<T>, T>)
     return r.value ? std::move(*r.value) : T{};
@@ -384,6 +391,7 @@ private:
     // on this executor) stops the attempt before it is sent.
     if (cancelled())
       return step(std::move(self), core_.abandon_attempt());
+    core_.sent();
     if (timed_)
       start_attempt(core_.attempt_limit());
     in_attempt_ = true;

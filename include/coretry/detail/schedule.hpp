@@ -101,9 +101,11 @@ public:
   nanoseconds deadline() const noexcept { return deadline_; }
 
   /// Before an attempt: empty when it may start (it is counted, `grant` holds the breaker's
-  /// grant and `charge`, the retry it spends, is used), else why the loop stops without it.
-  /// Nothing is counted or charged for an attempt that does not start: a refused attempt hands
-  /// `charge` back.
+  /// grant and `charge` the retry it will spend), else why the loop stops without it. The
+  /// caller settles `charge` (`used()`) only once the attempt is really sent: an attempt that a
+  /// cancellation stops between here and its start (from the observer's `attempt_started`, the
+  /// gate or a hook) gives it back. Nothing is counted or charged for an attempt that does not
+  /// start: a refused attempt hands `charge` back.
   ///
   /// A retry whose charge went back while it waited for the breaker (`refused`) asks the budget
   /// again here, before the breaker (`errc::budget_exhausted` if it refuses).
@@ -131,16 +133,17 @@ public:
       }
       grant = gate_grant(p_.breaker.get(), now_, now);
     }
-    charge.used();
     ++attempts_;
     return {};
   }
   /// As above, for a caller that reports to no breaker (the schedule's tests): a grant is
-  /// reported as abandoned at once.
+  /// reported as abandoned at once, and a charge is spent as if the attempt were sent.
   std::error_code begin_attempt(nanoseconds now) noexcept {
     gate_grant grant;
     retry_charge charge;
-    return begin_attempt(now, grant, charge);
+    const std::error_code why = begin_attempt(now, grant, charge);
+    charge.used();
+    return why;
   }
 
   /// After `begin_attempt` refused an attempt at `now` for `why`: stop (reporting as `stop`

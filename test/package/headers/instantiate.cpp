@@ -21,11 +21,12 @@ asio::awaitable<int> value_attempt() {
 }
 
 asio::awaitable<int> coroutine_caller() {
-  int n = co_await coretry::retry_async([] { return value_attempt(); },
-                                        coretry::retry_policy{.max_attempts = 3});
+  // Policies named, never braced temporaries inside co_await: g++ 12 (docs/core.md).
+  const coretry::retry_policy three{.max_attempts = 3};
+  const coretry::retry_policy defaults;
+  int n = co_await coretry::retry_async([] { return value_attempt(); }, three);
   coretry::retry_stats stats;
-  n +=
-      co_await coretry::retry_async([] { return value_attempt(); }, coretry::retry_policy{}, stats);
+  n += co_await coretry::retry_async([] { return value_attempt(); }, defaults, stats);
   co_return n;
 }
 
