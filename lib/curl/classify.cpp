@@ -56,21 +56,11 @@ bool breaks_connection(const std::error_code& ec) noexcept {
 }
 
 bool is_retryable_status(long status) noexcept {
-  switch (status) {
-  case 408:
-  case 429:
-  case 500:
-  case 502:
-  case 503:
-  case 504:
-    return true;
-  default:
-    return false;
-  }
+  return coretry::http::is_retryable_status(status);
 }
 
 bool is_idempotent(std::string_view m) noexcept {
-  return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE" || m == "TRACE";
+  return coretry::http::is_idempotent(m);
 }
 
 bool may_retry(const request& req) noexcept {

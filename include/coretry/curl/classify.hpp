@@ -5,6 +5,7 @@
 
 #include <coretry/curl/request.hpp>
 #include <coretry/export.hpp>
+#include <coretry/http.hpp>
 
 #include <string_view>
 #include <system_error>
@@ -29,21 +30,22 @@ CORETRY_CURL_API bool is_retryable(const std::error_code& ec) noexcept;
 /// errors before a connection exists (`couldnt_connect`, resolution, TLS).
 CORETRY_CURL_API bool breaks_connection(const std::error_code& ec) noexcept;
 
-/// Whether an HTTP status is worth retrying: 408, 429, 500, 502, 503 and 504. Every other
-/// status, other 4xx in particular, is final.
+/// Whether an HTTP status is worth retrying by default: 408, 429, 500, 502, 503 and 504. Every
+/// other status, other 4xx in particular, is final. `coretry::http::is_retryable_status`.
 CORETRY_CURL_API bool is_retryable_status(long status) noexcept;
 
 /// Whether a method is idempotent (RFC 9110): GET, HEAD, OPTIONS, PUT, DELETE, TRACE.
-/// Compared case-sensitively, as methods are.
+/// Compared case-sensitively, as methods are. `coretry::http::is_idempotent`.
 CORETRY_CURL_API bool is_idempotent(std::string_view method) noexcept;
 
 /// Whether `coretry::curl::retry` may send `req` more than once: its method is idempotent, it
 /// carries an `Idempotency-Key` header, or `req.retry_non_idempotent` is set.
 CORETRY_CURL_API bool may_retry(const request& req) noexcept;
 
-/// Whether the server's `Retry-After` should be honoured for this status (429 and 503).
+/// Whether the server's `Retry-After` should be honoured for this status by default (429 and
+/// 503). `coretry::http::honours_retry_after`.
 inline bool honours_retry_after(long status) noexcept {
-  return status == 429 || status == 503;
+  return coretry::http::honours_retry_after(status);
 }
 
 } // namespace coretry::curl
