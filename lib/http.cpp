@@ -245,7 +245,7 @@ void check_statuses(const std::vector<int>& statuses, const char* where, const s
   for (std::size_t i = 0; i < statuses.size(); ++i)
     if (statuses[i] < 100 || statuses[i] > 599)
       refuse(where, field + "[" + std::to_string(i) + "]", std::to_string(statuses[i]),
-             "an HTTP status is 100-599");
+             "must be an HTTP status, 100-599");
 }
 
 } // namespace
@@ -259,7 +259,7 @@ void validate_rules(const retry_rules& rules, const char* where, const std::stri
     const std::string& m = rules.allowed_methods[i];
     if (m.empty() || !std::all_of(m.begin(), m.end(), tchar))
       refuse(where, prefix + "allowed_methods[" + std::to_string(i) + "]", quoted(m),
-             m.empty() ? "a method is not empty" : "a method is an HTTP token");
+             "must be a non-empty HTTP token");
   }
 }
 

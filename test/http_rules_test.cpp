@@ -76,17 +76,17 @@ TEST_CASE("429 pushes back, and 429 and 503 slow a sending rate") {
 
 TEST_CASE("bad rules are refused naming the field, its index and its value") {
   CHECK(message_of({.status_forcelist = {503, 700}}) ==
-        "coretry::http::retry_rules: status_forcelist[1] = 700 (an HTTP status is 100-599)");
+        "coretry::http::retry_rules: status_forcelist[1] = 700 (must be an HTTP status, 100-599)");
   CHECK(message_of({.status_forcelist = {99}}) ==
-        "coretry::http::retry_rules: status_forcelist[0] = 99 (an HTTP status is 100-599)");
+        "coretry::http::retry_rules: status_forcelist[0] = 99 (must be an HTTP status, 100-599)");
   CHECK(message_of({.retry_after_status_codes = {600}}) ==
-        "coretry::http::retry_rules: retry_after_status_codes[0] = 600 (an HTTP status is "
-        "100-599)");
+        "coretry::http::retry_rules: retry_after_status_codes[0] = 600 (must be an HTTP "
+        "status, 100-599)");
   CHECK(message_of({.allowed_methods = {"GET", ""}}) ==
-        "coretry::http::retry_rules: allowed_methods[1] = \"\" (a method is not empty)");
+        "coretry::http::retry_rules: allowed_methods[1] = \"\" (must be a non-empty HTTP token)");
   CHECK(message_of({.allowed_methods = {"GE T\n"}}) ==
-        "coretry::http::retry_rules: allowed_methods[0] = \"GE T\\x0a\" (a method is an HTTP "
-        "token)");
+        "coretry::http::retry_rules: allowed_methods[0] = \"GE T\\x0a\" (must be a "
+        "non-empty HTTP token)");
   CHECK(message_of({.status_forcelist = {100, 599}, .allowed_methods = {}}).empty());
 }
 

@@ -32,6 +32,52 @@ bool is_retryable(const std::error_code& ec) noexcept {
          ec == std::errc::connection_aborted || ec == std::errc::timed_out;
 }
 
+bool is_dns_failure(const std::error_code& ec) noexcept {
+  return ec.category() == curl_category() &&
+         static_cast<errc>(ec.value()) == errc::couldnt_resolve_host;
+}
+
+bool is_retryable(const std::error_code& ec, const coretry::http::retry_rules& rules) noexcept {
+  return is_retryable(ec) || (rules.retry_dns_failures && is_dns_failure(ec));
+}
+
+std::optional<coretry::http::failure_kind> failure_kind_of(const std::error_code& ec,
+                                                           std::string_view error_detail) noexcept {
+  using coretry::http::failure_kind;
+  if (!ec)
+    return std::nullopt;
+  if (ec.category() == curl_category()) {
+    switch (static_cast<errc>(ec.value())) {
+    case errc::couldnt_connect:
+    case errc::couldnt_resolve_host:
+      return failure_kind::connect;
+    // libcurl says "Connection timed out after ...", "Failed to connect to ... after ...",
+    // "Resolving timed out after ..." before the request went out, and "Operation timed out
+    // after ..." once it may have. An empty account is taken for the latter: the request may
+    // have reached the server.
+    case errc::operation_timedout:
+      return error_detail.empty() || error_detail.starts_with("Operation timed out")
+                 ? failure_kind::read
+                 : failure_kind::connect;
+    case errc::send_error:
+    case errc::recv_error:
+    case errc::got_nothing:
+    case errc::partial_file:
+    case errc::http2:
+    case errc::http2_stream:
+      return failure_kind::read;
+    default:
+      return std::nullopt;
+    }
+  }
+  if (ec == std::errc::connection_refused)
+    return failure_kind::connect;
+  if (ec == std::errc::connection_reset || ec == std::errc::connection_aborted ||
+      ec == std::errc::timed_out)
+    return failure_kind::read;
+  return std::nullopt;
+}
+
 bool breaks_connection(const std::error_code& ec) noexcept {
   if (!ec)
     return false;
@@ -66,6 +112,11 @@ bool is_idempotent(std::string_view m) noexcept {
 bool may_retry(const request& req) noexcept {
   return req.retry_non_idempotent || is_idempotent(req.method) ||
          req.header("Idempotency-Key").has_value();
+}
+
+bool may_retry(const request& req, const coretry::http::retry_rules& rules) noexcept {
+  return req.retry_non_idempotent ||
+         coretry::http::may_retry(req.method, req.header("Idempotency-Key").has_value(), rules);
 }
 
 } // namespace coretry::curl
