@@ -51,14 +51,17 @@ std::optional<coretry::http::failure_kind> failure_kind_of(const std::error_code
     case errc::couldnt_connect:
     case errc::couldnt_resolve_host:
       return failure_kind::connect;
-    // libcurl says "Connection timed out after ...", "Failed to connect to ... after ...",
-    // "Resolving timed out after ..." before the request went out, and "Operation timed out
-    // after ..." once it may have. An empty account is taken for the latter: the request may
-    // have reached the server.
+    // libcurl 7.88 says "Failed to connect to <host> port <n> after <t> ms: Timeout was
+    // reached" or "Connection timed out after ..." while connecting, "Resolving timed out
+    // after ..." while resolving, and "Operation timed out after ..." once the request may have
+    // gone out. Any other account (none, the client's own "request::timeout expired during the
+    // redirects") is taken as the latter: the request may have reached the server.
     case errc::operation_timedout:
-      return error_detail.empty() || error_detail.starts_with("Operation timed out")
-                 ? failure_kind::read
-                 : failure_kind::connect;
+      return error_detail.starts_with("Failed to connect") ||
+                     error_detail.starts_with("Connection timed out") ||
+                     error_detail.starts_with("Resolving timed out")
+                 ? failure_kind::connect
+                 : failure_kind::read;
     case errc::send_error:
     case errc::recv_error:
     case errc::got_nothing:

@@ -334,6 +334,13 @@ TEST_CASE("transport errors have the kind urllib3 counts them as") {
                         "Operation timed out after 2000 milliseconds with 0 bytes received") ==
         failure_kind::read);
   CHECK(failure_kind_of(make_error_code(errc::operation_timedout)) == failure_kind::read);
+  CHECK(failure_kind_of(make_error_code(errc::operation_timedout),
+                        "Failed to connect to fd00::1 port 80 after 300 ms: Timeout was reached") ==
+        failure_kind::connect);
+  CHECK(failure_kind_of(make_error_code(errc::operation_timedout),
+                        "Resolving timed out after 200 milliseconds") == failure_kind::connect);
+  CHECK(failure_kind_of(make_error_code(errc::operation_timedout),
+                        "request::timeout expired during the redirects") == failure_kind::read);
   for (auto e : {errc::send_error, errc::recv_error, errc::got_nothing, errc::partial_file,
                  errc::http2, errc::http2_stream})
     CHECK(failure_kind_of(make_error_code(e)) == failure_kind::read);

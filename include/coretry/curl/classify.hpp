@@ -46,9 +46,10 @@ CORETRY_CURL_API bool is_dns_failure(const std::error_code& ec) noexcept;
 /// - `connect`, the request never reached the server: `errc::couldnt_connect`,
 ///   `errc::couldnt_resolve_host`, the generic `connection_refused`, and
 ///   `errc::operation_timedout` while connecting or resolving (libcurl's account,
-///   `error_detail`, does not start with "Operation timed out").
+///   `error_detail`, starts with "Failed to connect", "Connection timed out" or "Resolving
+///   timed out").
 /// - `read`, it may have: `send_error`, `recv_error`, `got_nothing`, `partial_file`, `http2`,
-///   `http2_stream`, `operation_timedout` otherwise (an empty `error_detail` included), the
+///   `http2_stream`, `operation_timedout` otherwise (any other `error_detail`, none included), the
 ///   generic `connection_reset`, `connection_aborted` and `timed_out`.
 CORETRY_CURL_API std::optional<coretry::http::failure_kind>
 failure_kind_of(const std::error_code& ec, std::string_view error_detail = {}) noexcept;
