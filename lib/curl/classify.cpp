@@ -32,6 +32,55 @@ bool is_retryable(const std::error_code& ec) noexcept {
          ec == std::errc::connection_aborted || ec == std::errc::timed_out;
 }
 
+bool is_dns_failure(const std::error_code& ec) noexcept {
+  return ec.category() == curl_category() &&
+         static_cast<errc>(ec.value()) == errc::couldnt_resolve_host;
+}
+
+bool is_retryable(const std::error_code& ec, const coretry::http::retry_rules& rules) noexcept {
+  return is_retryable(ec) || (rules.retry_dns_failures && is_dns_failure(ec));
+}
+
+std::optional<coretry::http::failure_kind> failure_kind_of(const std::error_code& ec,
+                                                           std::string_view error_detail) noexcept {
+  using coretry::http::failure_kind;
+  if (!ec)
+    return std::nullopt;
+  if (ec.category() == curl_category()) {
+    switch (static_cast<errc>(ec.value())) {
+    case errc::couldnt_connect:
+    case errc::couldnt_resolve_host:
+      return failure_kind::connect;
+    // libcurl 7.88 says "Failed to connect to <host> port <n> after <t> ms: Timeout was
+    // reached" or "Connection timed out after ..." while connecting, "Resolving timed out
+    // after ..." while resolving, and "Operation timed out after ..." once the request may have
+    // gone out. Any other account (none, the client's own "request::timeout expired during the
+    // redirects") is taken as the latter: the request may have reached the server.
+    case errc::operation_timedout:
+      return error_detail.starts_with("Failed to connect") ||
+                     error_detail.starts_with("Connection timed out") ||
+                     error_detail.starts_with("Resolving timed out")
+                 ? failure_kind::connect
+                 : failure_kind::read;
+    case errc::send_error:
+    case errc::recv_error:
+    case errc::got_nothing:
+    case errc::partial_file:
+    case errc::http2:
+    case errc::http2_stream:
+      return failure_kind::read;
+    default:
+      return std::nullopt;
+    }
+  }
+  if (ec == std::errc::connection_refused)
+    return failure_kind::connect;
+  if (ec == std::errc::connection_reset || ec == std::errc::connection_aborted ||
+      ec == std::errc::timed_out)
+    return failure_kind::read;
+  return std::nullopt;
+}
+
 bool breaks_connection(const std::error_code& ec) noexcept {
   if (!ec)
     return false;
@@ -56,26 +105,21 @@ bool breaks_connection(const std::error_code& ec) noexcept {
 }
 
 bool is_retryable_status(long status) noexcept {
-  switch (status) {
-  case 408:
-  case 429:
-  case 500:
-  case 502:
-  case 503:
-  case 504:
-    return true;
-  default:
-    return false;
-  }
+  return coretry::http::is_retryable_status(status);
 }
 
 bool is_idempotent(std::string_view m) noexcept {
-  return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE" || m == "TRACE";
+  return coretry::http::is_idempotent(m);
 }
 
 bool may_retry(const request& req) noexcept {
   return req.retry_non_idempotent || is_idempotent(req.method) ||
          req.header("Idempotency-Key").has_value();
+}
+
+bool may_retry(const request& req, const coretry::http::retry_rules& rules) noexcept {
+  return req.retry_non_idempotent ||
+         coretry::http::may_retry(req.method, req.header("Idempotency-Key").has_value(), rules);
 }
 
 } // namespace coretry::curl

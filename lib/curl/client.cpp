@@ -155,6 +155,8 @@ void client_options::validate() const {
   if (no_proxy.find('\0') != std::string::npos)
     throw_invalid("client_options", "no_proxy", "\"" + no_proxy + "\"", "must not contain NUL");
   detail::validate_tls(tls, "client_options", "tls.");
+  coretry::http::detail::validate_rules(retry_rules, "coretry::curl::client_options",
+                                        "retry_rules.");
 }
 
 } // namespace coretry::curl

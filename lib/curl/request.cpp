@@ -144,6 +144,8 @@ void request::validate() const {
     bad("request", "body", std::to_string(body.size()) + " bytes", "a HEAD request has no body");
   if (tls)
     detail::validate_tls(*tls, "request", "tls.");
+  if (retry_rules)
+    coretry::http::detail::validate_rules(*retry_rules, "coretry::curl::request", "retry_rules.");
 }
 
 void throw_invalid(const char* where, const std::string& field, const std::string& value,

@@ -52,6 +52,7 @@ struct braced_request {
   bool retry_non_idempotent = false;
   bool fresh_connection = false;
   std::optional<tls_options> tls{};
+  std::optional<coretry::http::retry_rules> retry_rules{};
 };
 
 template <class> inline constexpr bool braced_request_refused = false;

@@ -5,7 +5,9 @@
 
 #include <coretry/curl/request.hpp>
 #include <coretry/export.hpp>
+#include <coretry/http.hpp>
 
+#include <optional>
 #include <string_view>
 #include <system_error>
 
@@ -29,21 +31,51 @@ CORETRY_CURL_API bool is_retryable(const std::error_code& ec) noexcept;
 /// errors before a connection exists (`couldnt_connect`, resolution, TLS).
 CORETRY_CURL_API bool breaks_connection(const std::error_code& ec) noexcept;
 
-/// Whether an HTTP status is worth retrying: 408, 429, 500, 502, 503 and 504. Every other
-/// status, other 4xx in particular, is final.
+/// Whether a transport error is worth retrying under `rules`: `is_retryable(ec)`, or a failed
+/// name resolution (`errc::couldnt_resolve_host`) when `rules.retry_dns_failures` is set.
+CORETRY_CURL_API bool is_retryable(const std::error_code& ec,
+                                   const coretry::http::retry_rules& rules) noexcept;
+
+/// Whether a transport error is a failed name resolution (`errc::couldnt_resolve_host`).
+CORETRY_CURL_API bool is_dns_failure(const std::error_code& ec) noexcept;
+
+/// The kind of failure a transport error is, as urllib3 counts them (see
+/// `coretry::http::retry_rules::connect_retries` and `read_retries`); `std::nullopt` for any
+/// other error.
+///
+/// - `connect`, the request never reached the server: `errc::couldnt_connect`,
+///   `errc::couldnt_resolve_host`, the generic `connection_refused`, and
+///   `errc::operation_timedout` while connecting or resolving (libcurl's account,
+///   `error_detail`, starts with "Failed to connect", "Connection timed out" or "Resolving
+///   timed out").
+/// - `read`, it may have: `send_error`, `recv_error`, `got_nothing`, `partial_file`, `http2`,
+///   `http2_stream`, `operation_timedout` otherwise (any other `error_detail`, none included), the
+///   generic `connection_reset`, `connection_aborted` and `timed_out`.
+CORETRY_CURL_API std::optional<coretry::http::failure_kind>
+failure_kind_of(const std::error_code& ec, std::string_view error_detail = {}) noexcept;
+
+/// Whether an HTTP status is worth retrying by default: 408, 429, 500, 502, 503 and 504. Every
+/// other status, other 4xx in particular, is final. `coretry::http::is_retryable_status`.
 CORETRY_CURL_API bool is_retryable_status(long status) noexcept;
 
 /// Whether a method is idempotent (RFC 9110): GET, HEAD, OPTIONS, PUT, DELETE, TRACE.
-/// Compared case-sensitively, as methods are.
+/// Compared case-sensitively, as methods are. `coretry::http::is_idempotent`.
 CORETRY_CURL_API bool is_idempotent(std::string_view method) noexcept;
 
 /// Whether `coretry::curl::retry` may send `req` more than once: its method is idempotent, it
 /// carries an `Idempotency-Key` header, or `req.retry_non_idempotent` is set.
 CORETRY_CURL_API bool may_retry(const request& req) noexcept;
 
-/// Whether the server's `Retry-After` should be honoured for this status (429 and 503).
+/// Whether `coretry::curl::retry` may send `req` more than once under `rules`: its method is in
+/// `rules.allowed_methods`, it carries an `Idempotency-Key` header, or
+/// `req.retry_non_idempotent` is set.
+CORETRY_CURL_API bool may_retry(const request& req,
+                                const coretry::http::retry_rules& rules) noexcept;
+
+/// Whether the server's `Retry-After` should be honoured for this status by default (429 and
+/// 503). `coretry::http::honours_retry_after`.
 inline bool honours_retry_after(long status) noexcept {
-  return status == 429 || status == 503;
+  return coretry::http::honours_retry_after(status);
 }
 
 } // namespace coretry::curl

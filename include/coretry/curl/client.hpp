@@ -132,13 +132,21 @@ struct CORETRY_CURL_API client_options {
   /// redirects (`request::follow_redirects`) the original origin's entry counts every outcome.
   /// Null (the default): the policy alone decides. `async_perform` does not use it.
   std::shared_ptr<coretry::endpoint_registry> resilience{};
+  /// What `retry`, `async_retry`, `hedge` and `async_hedge` on this client retry, for every
+  /// request without `request::retry_rules` of its own: the retryable statuses, the methods
+  /// that may be sent again, whether DNS failures are retried, limits per kind of failure and
+  /// the statuses whose `Retry-After` is honoured (see `coretry::http::retry_rules`; the
+  /// default is what `retry` has always done). Each operation copies the rules it uses and
+  /// counts its own failures.
+  coretry::http::retry_rules retry_rules{};
 
   /// Throws `std::invalid_argument` naming the field and its value when a `long` field is
   /// negative, `http_version` is out of range (or `http2_prior_knowledge` on libcurl before
   /// 8.0), `max_streams_per_connection` is above 2147483647, `max_response_headers` is 0,
   /// `stall_timeout` or `expect_continue_timeout` is negative, `stall_min_bytes_per_second` is
   /// below 1, `proxy` has no "scheme://" or a NUL, `no_proxy` has a NUL, or `tls` is invalid
-  /// (`tls.ca_file`, ...; see `tls_options::validate`).
+  /// (`tls.ca_file`, ...; see `tls_options::validate`), or `retry_rules` is
+  /// (`retry_rules.status_forcelist[0]`, ...; see `coretry::http::retry_rules::validate`).
   void validate() const;
 };
 

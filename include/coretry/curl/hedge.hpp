@@ -71,7 +71,9 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// non-fatal and start the next copy at once; any other response, 4xx included, or any
 /// other transport error ends the operation. `Retry-After` is not waited for (no copy waits for
 /// another); with `policy.rate_limit` a 429 or 503 slows the sending rate. When every allowed
-/// copy got a retryable status, the last such response is returned.
+/// copy got a retryable status, the last such response is returned. The request's (or the
+/// client's) `retry_rules` apply as for `retry`; a method outside `allowed_methods` is sent as
+/// one copy.
 ///
 /// The client's `resilience` registry, when set, supplies the breaker, budget and rate for the
 /// URL's origin, as for `retry`. A breaker's refusal ends the operation with

@@ -4,6 +4,7 @@
 /// `request` and `response`: what `client::perform` sends and returns.
 
 #include <coretry/export.hpp>
+#include <coretry/http.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -128,6 +129,11 @@ struct CORETRY_CURL_API request {
   bool fresh_connection = false;
   /// TLS settings for this request alone, replacing `client_options::tls` as a whole.
   std::optional<tls_options> tls{};
+  /// What `coretry::curl::retry`, `async_retry` and `hedge` retry for this request (statuses,
+  /// methods, DNS failures, limits per kind of failure, `Retry-After` statuses: see
+  /// `coretry::http::retry_rules`), replacing `client_options::retry_rules` as a whole. Unset
+  /// (the default): the client's. `perform` and `async_perform` do not read it.
+  std::optional<coretry::http::retry_rules> retry_rules{};
 
   /// The value of the first header field named `name`, or `std::nullopt`.
   std::optional<std::string_view> header(std::string_view name) const noexcept {
@@ -138,7 +144,8 @@ struct CORETRY_CURL_API request {
   /// characters escaped): an empty or non-token `method`, a NUL in `url`, a header name that
   /// is not a token or a value with CR/LF/NUL, a negative `connect_timeout`, `timeout` or
   /// `max_redirects`, a "HEAD" with a body, a bad `tls` (see `tls_options::validate`; the field
-  /// is named `tls.ca_file`, ...).
+  /// is named `tls.ca_file`, ...), bad `retry_rules` (see `coretry::http::retry_rules::validate`;
+  /// named `retry_rules.status_forcelist[0]`, ...).
   void validate() const;
 };
 

@@ -11,6 +11,7 @@
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/retry_after.hpp>
 #include <coretry/detail/asio.hpp>
+#include <coretry/http.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/retry.hpp>
 
@@ -18,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <tuple>
 #include <type_traits>
@@ -52,8 +54,17 @@ namespace detail {
 // destroyed with its io_context or resumed later) never touches freed memory, and an attempt
 // whose client is gone fails with operation_aborted, which the loop never retries.
 struct http_retry_state {
+  // The rules are the request's, or the client's: copied once, out of the request that every
+  // attempt copies.
   http_retry_state(client& c, request r)
-      : impl(client_access::state(c)), executor(c.get_executor()), req(std::move(r)) {}
+      : impl(client_access::state(c)), executor(c.get_executor()), req(std::move(r)) {
+    if (req.retry_rules) {
+      rules = std::move(*req.retry_rules);
+      req.retry_rules.reset();
+    } else {
+      rules = c.options().retry_rules;
+    }
+  }
   ~http_retry_state() { wake(); }
   http_retry_state(const http_retry_state&) = delete;
   http_retry_state& operator=(const http_retry_state&) = delete;
@@ -76,9 +87,11 @@ struct http_retry_state {
   std::weak_ptr<client_impl> impl;
   asio::any_io_executor executor;
   request req;
-  long last_status = 0;       ///< the last attempt's status, 0 after a transport error
-  std::error_code last_error; ///< the last attempt's transport error
-  std::string last_detail;    ///< and libcurl's account of it (`response::error_detail`)
+  coretry::http::retry_rules rules;     ///< this operation's, never changed
+  coretry::http::failure_counts counts; ///< this operation's failures of each kind
+  long last_status = 0;                 ///< the last attempt's status, 0 after a transport error
+  std::error_code last_error;           ///< the last attempt's transport error
+  std::string last_detail;              ///< and libcurl's account of it (`response::error_detail`)
   /// With a breaker: the last rejected response, for `circuit_open_error`.
   std::optional<response> last_rejected;
   bool sleeping = false;
@@ -107,10 +120,13 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
         ctx.http(st->req.method, ec ? 0 : static_cast<int>(r.status));
         if (ec) {
           st->last_detail = std::move(r.error_detail);
+          // Counted here, once per attempt; the policy's retry_if reads the counts.
+          if (auto kind = failure_kind_of(ec, st->last_detail))
+            st->counts.record(*kind, st->rules);
           co_return std::tuple{std::error_code(ec), response{}};
         }
         st->last_status = r.status;
-        if (honours_retry_after(r.status))
+        if (coretry::http::honours_retry_after(r.status, st->rules))
           if (auto value = r.header("Retry-After"))
             if (auto hint = parse_retry_after(*value))
               ctx.retry_after(*hint);
@@ -118,6 +134,7 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
       };
 }
 
+// The default rules' status classification (`coretry::http::is_retryable_status`).
 struct retryable_response {
   bool operator()(const response& r) const noexcept { return is_retryable_status(r.status); }
 };
@@ -129,16 +146,24 @@ CORETRY_CURL_API std::string endpoint_label(const std::string& url);
 
 inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
                                               const std::shared_ptr<http_retry_state>& st) {
-  if (!may_retry(st->req))
+  if (!may_retry(st->req, st->rules))
     p.max_attempts = 1;
   if (p.observer && p.label.empty())
     p.label = endpoint_label(st->req.url);
-  if (!p.retry_if)
-    p.retry_if = [](const std::error_code& ec) { return is_retryable(ec); };
+  // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
+  // is final, whatever decides the rest. The kind of the last attempt's error is read with its
+  // libcurl account (a timeout while connecting or after sending).
+  p.retry_if = [user = std::move(p.retry_if), st](const std::error_code& ec) {
+    const auto kind =
+        failure_kind_of(ec, ec == st->last_error ? std::string_view(st->last_detail) : "");
+    if (kind && st->counts.exhausted(*kind, st->rules))
+      return false;
+    return user ? user(ec) : is_retryable(ec, st->rules);
+  };
   // A sending rate slows down on 429 and 503 and on timeouts, transport ones included.
   p.throttle_if = [user = std::move(p.throttle_if), st](const std::error_code& ec) {
     if (ec == coretry::errc::result_rejected)
-      return st->last_status == 429 || st->last_status == 503;
+      return coretry::http::slows_sending_rate(st->last_status);
     if (user)
       return user(ec);
     return coretry::default_throttle_if(ec) || ec == errc::operation_timedout;
@@ -146,7 +171,7 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
   // A 429 is the server pushing back, not failing: retried, but no failure for a breaker (a
   // 429 or 503 with Retry-After is one already, by its hint).
   p.pushback_if = [user = std::move(p.pushback_if), st](const std::error_code& ec) {
-    if (ec == coretry::errc::result_rejected && st->last_status == 429)
+    if (ec == coretry::errc::result_rejected && coretry::http::is_pushback_status(st->last_status))
       return true;
     return user && user(ec);
   };
@@ -166,7 +191,19 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
   // replaces `is_retryable`); one on another type than `response` is refused at the call by the
   // loop (std::invalid_argument).
   if (!p.result_filter)
-    p = std::move(p).retry_if_result(retryable_response{});
+    p = std::move(p).retry_if_result([st](const response& r) {
+      return coretry::http::is_retryable_status(r.status, st->rules);
+    });
+  // A retryable status past `retry_rules::status_retries` is a final answer, as one outside the
+  // list is. The filter runs once per response: each rejection counts once.
+  if (*p.result_filter->type == typeid(response)) {
+    p.result_filter =
+        std::make_shared<const coretry::detail::result_predicate>(coretry::detail::result_predicate{
+            p.result_filter->type, [filter = p.result_filter, st](const void* v) {
+              return filter->call(v) &&
+                     st->counts.record(coretry::http::failure_kind::status, st->rules);
+            }});
+  }
   // With a breaker, a refusal reports circuit_open with the last response: the rejected one is
   // kept (a copy, taken only for a rejected response) for the awaitable forms' exception.
   if (p.breaker && *p.result_filter->type == typeid(response)) {
@@ -285,6 +322,15 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 ///   other response, 4xx included, is returned at once. `Retry-After` is read on 429 and 503
 ///   whoever decided to retry them.
 /// - A request that `may_retry` refuses (a POST without `Idempotency-Key`, ...) is sent once.
+/// - What is retried follows the request's `retry_rules`, or the client's
+///   (`client_options::retry_rules`), copied once for the operation: `status_forcelist` in
+///   place of the statuses above, `allowed_methods` in place of the idempotent methods,
+///   `retry_dns_failures` (`couldnt_resolve_host` is then retried, as a connect failure),
+///   `retry_after_status_codes` in place of 429 and 503 for `Retry-After`, and a limit per kind
+///   of failure (`connect_retries`, `read_retries`, `status_retries`; see `failure_kind_of`): a
+///   transport error of a kind past its limit is final, whatever `policy.retry_if` says, and a
+///   status past `status_retries` is returned as a final answer. `policy.max_attempts` stays
+///   the limit on all attempts. The defaults are the classification above.
 /// - On 429 and 503 a valid `Retry-After` asks the loop for at least that delay; the loop
 ///   waits `max(backoff delay, Retry-After)`, above the backoff's cap too. A hint above
 ///   `policy.max_retry_after` (60 s by default) or past `policy.deadline` ends the operation at

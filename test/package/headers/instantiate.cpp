@@ -2,6 +2,7 @@
 // Instantiates coretry's function templates the ways an application does, so that the warnings
 // consumer (CMakeLists.txt here) checks their bodies as well as their declarations.
 #include <coretry/coretry.hpp>
+#include <coretry/http.hpp>
 #if CORETRY_WITH_CURL
 #include <coretry/curl/curl.hpp>
 #endif
@@ -11,6 +12,7 @@
 #include <asio/steady_timer.hpp>
 
 #include <cstdio>
+#include <string>
 #include <system_error>
 #include <utility>
 
@@ -40,6 +42,17 @@ void callback_caller(asio::io_context& io) {
       [](std::error_code ec, int v) { std::printf("%s %d\n", ec.message().c_str(), v); });
 }
 
+// coretry/http.hpp as a client without libcurl calls it: designated rules, one operation's
+// counts.
+bool http_rules_caller(int status, const std::string& method) {
+  const coretry::http::retry_rules rules{.status_forcelist = {429, 503}, .status_retries = 2};
+  coretry::http::failure_counts counts;
+  return coretry::http::may_retry(method, false, rules) &&
+         coretry::http::is_retryable_status(status, rules) &&
+         counts.record(coretry::http::failure_kind::status, rules) &&
+         !coretry::http::parse_retry_after("5").has_value();
+}
+
 #if CORETRY_WITH_CURL
 asio::awaitable<long> http_coroutine(coretry::curl::client& c, coretry::curl::request req) {
   const coretry::retry_policy policy{.max_attempts = 3}; // named: g++ 12 (docs/core.md)
@@ -62,6 +75,7 @@ void http_callback(coretry::curl::client& c, coretry::curl::request req) {
 void coretry_headers_instantiate(asio::io_context& io) {
   asio::co_spawn(io, coroutine_caller(), asio::detached);
   callback_caller(io);
+  std::printf("%d\n", http_rules_caller(503, "GET") ? 1 : 0);
 #if CORETRY_WITH_CURL
   coretry::curl::client c(io.get_executor());
   asio::co_spawn(io, http_coroutine(c, coretry::curl::request{}), asio::detached);

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: BSL-1.0
+// coretry/http.hpp in a unit that never includes libcurl's adapter, linked with coretry::coretry
+// alone: the rules a Beast (or any other) HTTP client shares with coretry::curl.
+#include <coretry/http.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace http = coretry::http;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string message_of(const http::retry_rules& rules) {
+  try {
+    rules.validate();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("the default rules are urllib3's, with coretry's Retry-After statuses") {
+  const http::retry_rules rules;
+  for (long s : {408L, 429L, 500L, 502L, 503L, 504L}) {
+    CHECK(http::is_retryable_status(s, rules));
+    CHECK(http::is_retryable_status(s));
+  }
+  for (long s : {200L, 301L, 400L, 404L, 413L, 501L, 505L}) {
+    CHECK_FALSE(http::is_retryable_status(s, rules));
+    CHECK_FALSE(http::is_retryable_status(s));
+  }
+  for (const char* m : {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}) {
+    CHECK(http::is_allowed_method(m, rules));
+    CHECK(http::is_idempotent(m));
+  }
+  CHECK_FALSE(http::is_allowed_method("POST", rules));
+  CHECK_FALSE(http::is_allowed_method("get", rules)); // methods are case-sensitive
+  CHECK(http::honours_retry_after(429, rules));
+  CHECK(http::honours_retry_after(503, rules));
+  CHECK_FALSE(http::honours_retry_after(413, rules));
+  CHECK_FALSE(http::honours_retry_after(413));
+  CHECK_FALSE(rules.retry_dns_failures);
+  CHECK_FALSE(rules.connect_retries);
+  CHECK_FALSE(rules.read_retries);
+  CHECK_FALSE(rules.status_retries);
+  CHECK_NOTHROW(rules.validate());
+}
+
+TEST_CASE("rules built with designated initializers replace the lists they name") {
+  const http::retry_rules rules{.status_forcelist = {429, 520},
+                                .allowed_methods = {"GET", "POST"},
+                                .retry_after_status_codes = {413, 429, 503}};
+  CHECK(http::is_retryable_status(520, rules));
+  CHECK_FALSE(http::is_retryable_status(503, rules));
+  CHECK(http::may_retry("POST", false, rules));
+  CHECK_FALSE(http::may_retry("PUT", false, rules));
+  CHECK(http::may_retry("PUT", true, rules)); // an Idempotency-Key allows any method
+  CHECK_FALSE(http::may_retry("POST", false));
+  CHECK(http::may_retry("POST", true));
+  CHECK(http::honours_retry_after(413, rules));
+}
+
+TEST_CASE("429 pushes back, and 429 and 503 slow a sending rate") {
+  CHECK(http::is_pushback_status(429));
+  CHECK_FALSE(http::is_pushback_status(503));
+  CHECK(http::slows_sending_rate(429));
+  CHECK(http::slows_sending_rate(503));
+  CHECK_FALSE(http::slows_sending_rate(500));
+}
+
+TEST_CASE("bad rules are refused naming the field, its index and its value") {
+  CHECK(message_of({.status_forcelist = {503, 700}}) ==
+        "coretry::http::retry_rules: status_forcelist[1] = 700 (must be an HTTP status, 100-599)");
+  CHECK(message_of({.status_forcelist = {99}}) ==
+        "coretry::http::retry_rules: status_forcelist[0] = 99 (must be an HTTP status, 100-599)");
+  CHECK(message_of({.retry_after_status_codes = {600}}) ==
+        "coretry::http::retry_rules: retry_after_status_codes[0] = 600 (must be an HTTP "
+        "status, 100-599)");
+  CHECK(message_of({.allowed_methods = {"GET", ""}}) ==
+        "coretry::http::retry_rules: allowed_methods[1] = \"\" (must be a non-empty HTTP token)");
+  CHECK(message_of({.allowed_methods = {"GE T\n"}}) ==
+        "coretry::http::retry_rules: allowed_methods[0] = \"GE T\\x0a\" (must be a "
+        "non-empty HTTP token)");
+  CHECK(message_of({.status_forcelist = {100, 599}, .allowed_methods = {}}).empty());
+}
+
+TEST_CASE("failure counts stop each kind at its own limit, and only that kind") {
+  const http::retry_rules rules{.connect_retries = 2, .status_retries = 1};
+  http::failure_counts counts;
+  CHECK(counts.record(http::failure_kind::status, rules));       // first status: retried
+  CHECK_FALSE(counts.record(http::failure_kind::status, rules)); // second: past status_retries
+  CHECK(counts.exhausted(http::failure_kind::status, rules));
+  CHECK(counts.record(http::failure_kind::connect, rules));
+  CHECK(counts.record(http::failure_kind::connect, rules));
+  CHECK_FALSE(counts.record(http::failure_kind::connect, rules));
+  for (int i = 0; i < 100; ++i)
+    CHECK(counts.record(http::failure_kind::read, rules)); // unlimited
+  CHECK(counts.count(http::failure_kind::read) == 100);
+  CHECK(counts.count(http::failure_kind::status) == 2);
+  const http::retry_rules none{.read_retries = 0};
+  http::failure_counts fresh;
+  CHECK_FALSE(fresh.record(http::failure_kind::read, none));
+}
+
+TEST_CASE("Retry-After is parsed without libcurl") {
+  const auto base = std::chrono::system_clock::time_point(std::chrono::seconds(1445412480));
+  CHECK(http::parse_retry_after("120", base) == 120s);
+  CHECK(http::parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", base) == 30s);
+  CHECK_FALSE(http::parse_retry_after("soon", base));
+  CHECK(http::parse_retry_after("99999999999", base) == http::max_retry_after);
+  CHECK(http::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT",
+                              std::chrono::sys_seconds(std::chrono::seconds(0))) ==
+        std::chrono::sys_seconds(std::chrono::seconds(1445412480)));
+}
