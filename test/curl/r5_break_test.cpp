@@ -94,3 +94,29 @@ TEST_CASE("hedge sends more than one copy of a POST that the request's allowed_m
   CHECK(r.status == 200);
   CHECK(server.requests() == 2);
 }
+
+TEST_CASE("status_retries limits retryable statuses only, not a 200 the user's retry_if_result "
+          "rejects" *
+          doctest::may_fail()) {
+  // urllib3's `status` counts retries on a status of `status_forcelist`. The limit here is
+  // applied to every rejection of the response filter, the user's own included: a user who
+  // polls until the body says "done" (retry_if_result) and caps 503 retries at one
+  // (status_retries = 1) gets the second "pending" 200 back as the final answer.
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  server.push(http_action::ok("pending"));
+  server.push(http_action::ok("pending"));
+  server.push(http_action::ok("pending"));
+  server.push(http_action::ok("done"));
+  auto policy = quick_policy(10).retry_if_result(
+      [](const response& r) { return r.status == 200 && r.body == "pending"; });
+  request req = rules_of(get(server.url()), {.status_retries = 1});
+  coretry::retry_stats stats;
+  response r;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    r = co_await coretry::curl::retry(c, std::move(req), policy, stats);
+  }());
+  CHECK(r.body == "done");
+  CHECK(server.requests() == 4);
+}
