@@ -91,6 +91,35 @@ struct counting_gate : coretry::attempt_gate {
   void on_abandoned(std::chrono::nanoseconds) noexcept override { ++abandoned; }
 };
 
+/// A group cancelled from the second attempt's start, and counting overload controls.
+struct cancelled_at_second {
+  coretry::cancellation_source group;
+  std::shared_ptr<cancelling_observer> obs = std::make_shared<cancelling_observer>();
+  std::shared_ptr<counting_budget> budget = std::make_shared<counting_budget>();
+  std::shared_ptr<counting_rate> rate = std::make_shared<counting_rate>();
+  std::shared_ptr<counting_gate> gate = std::make_shared<counting_gate>();
+  cancelled_at_second() {
+    obs->at = 2;
+    obs->group = &group;
+  }
+  retry_policy policy() const {
+    return retry_policy{.max_attempts = 3,
+                        .budget = budget,
+                        .breaker = gate,
+                        .rate_limit = rate,
+                        .cancellation = group.token(),
+                        .observer = obs};
+  }
+  /// The retry was not sent: its charge and its token came back.
+  void check_given_back() const {
+    CHECK(budget->granted == 1);
+    CHECK(budget->refunded == 1);
+    CHECK(rate->acquired == 2);
+    CHECK(rate->released == 1);
+    CHECK(gate->granted == 2);
+  }
+};
+
 } // namespace
 
 TEST_CASE("a hedge cancelled through the caller's slot from attempt_started sends nothing") {
@@ -124,29 +153,17 @@ TEST_CASE("a hedge whose group is cancelled from the second attempt's start send
           "and its budget charge and send token go back") {
   manual_clock::reset();
   asio::io_context io;
-  coretry::cancellation_source group;
-  auto obs = std::make_shared<cancelling_observer>();
-  obs->at = 2;
-  obs->group = &group;
-  auto budget = std::make_shared<counting_budget>();
-  auto rate = std::make_shared<counting_rate>();
+  const cancelled_at_second c;
   scripted_op op{{hang(), succeed(2)}}; // the first never ends by itself; the hedge would win
   coretry::hedge_stats stats;
-  const outcome o = run_hedge(io, op,
-                              retry_policy{.max_attempts = 3,
-                                           .budget = budget,
-                                           .rate_limit = rate,
-                                           .cancellation = group.token(),
-                                           .observer = obs},
-                              coretry::hedge_options{.delay = 10ms}, stats);
+  const outcome o = run_hedge(io, op, c.policy(), coretry::hedge_options{.delay = 10ms}, stats);
   CHECK(o.completions == 1);
   CHECK(coretry::detail::is_aborted(o.error));
   CHECK(stats.reason == coretry::errc::cancelled);
   CHECK(op.calls == 1); // the hedge was not sent
-  CHECK(budget->granted == 1);
-  CHECK(budget->refunded == 1);
-  CHECK(rate->acquired == 2);
-  CHECK(rate->released == 1);
+  c.check_given_back();
+  CHECK(c.gate->failures == 0);
+  CHECK(c.gate->abandoned == 2); // the hedge never sent, and the first cut by the cancellation
 }
 
 TEST_CASE("a retry cancelled from its attempt_started gives its budget charge and send token "
@@ -156,20 +173,9 @@ TEST_CASE("a retry cancelled from its attempt_started gives its budget charge an
     CAPTURE(direct);
     manual_clock::reset();
     asio::io_context io;
-    coretry::cancellation_source group;
-    auto obs = std::make_shared<cancelling_observer>();
-    obs->at = 2;
-    obs->group = &group;
-    auto budget = std::make_shared<counting_budget>();
-    auto rate = std::make_shared<counting_rate>();
-    auto gate = std::make_shared<counting_gate>();
+    const cancelled_at_second c;
     scripted_op op{{fail(refused), succeed(3)}};
-    const retry_policy p{.max_attempts = 3,
-                         .budget = budget,
-                         .breaker = gate,
-                         .rate_limit = rate,
-                         .cancellation = group.token(),
-                         .observer = obs};
+    const retry_policy p = c.policy();
     std::error_code error;
     int completions = 0;
     if (direct) {
@@ -194,13 +200,9 @@ TEST_CASE("a retry cancelled from its attempt_started gives its budget charge an
     CHECK(completions == 1);
     CHECK(coretry::detail::is_aborted(error));
     CHECK(op.calls == 1); // the retry was not sent
-    CHECK(budget->granted == 1);
-    CHECK(budget->refunded == 1);
-    CHECK(rate->acquired == 2);
-    CHECK(rate->released == 1);
-    CHECK(gate->granted == 2);
-    CHECK(gate->failures == 1);
-    CHECK(gate->abandoned == 1);
+    c.check_given_back();
+    CHECK(c.gate->failures == 1);
+    CHECK(c.gate->abandoned == 1);
   }
 }
 
@@ -242,4 +244,78 @@ TEST_CASE("async_retry and async_hedge take the executor's default completion to
   io.run();
   CHECK(total == 12);
   CHECK(stats.attempts == 1);
+}
+
+// --- Reviewer r5: a cancellation emitted before the operation has started -----------------
+
+namespace {
+
+/// A gate that lets everything through and counts what it is asked and told.
+struct asked_gate : coretry::attempt_gate {
+  int granted = 0;
+  int abandoned = 0;
+  bool try_acquire(std::chrono::nanoseconds) noexcept override {
+    ++granted;
+    return true;
+  }
+  void on_success(std::chrono::nanoseconds) noexcept override {}
+  void on_failure(std::chrono::nanoseconds) noexcept override {}
+  void on_abandoned(std::chrono::nanoseconds) noexcept override { ++abandoned; }
+};
+
+struct started_counter : coretry::retry_observer {
+  std::atomic<int> started{0};
+  void on_attempt_started(const coretry::attempt_started_event&) override { ++started; }
+};
+
+} // namespace
+
+TEST_CASE("a hedge whose caller's slot is cancelled before it starts asks no gate and starts "
+          "no attempt") {
+  // The slot's handler posts cancel() behind the initiation's posted start(), which read only
+  // what cancel() sets: the gate was asked (a half-open breaker spent its probe) and attempt 1
+  // started before launch() saw the mark and abandoned it.
+  manual_clock::reset();
+  asio::io_context io;
+  asio::cancellation_signal caller;
+  auto gate = std::make_shared<asked_gate>();
+  auto obs = std::make_shared<started_counter>();
+  scripted_op op{{succeed(7)}};
+  outcome o;
+  coretry::hedge_stats stats;
+  coretry::async_hedge<manual_timer>(
+      io.get_executor(), [&] { return op(); },
+      retry_policy{.max_attempts = 3, .breaker = gate, .observer = obs},
+      coretry::hedge_options{.delay = 10ms}, stats,
+      asio::bind_cancellation_slot(caller.slot(), record(o)));
+  caller.emit(asio::cancellation_type::terminal); // before the io_context runs anything
+  drive(io, [] { return false; });
+  CHECK(o.completions == 1);
+  CHECK(coretry::detail::is_aborted(o.error));
+  CHECK(op.calls == 0);
+  CHECK(gate->granted == 0);
+  CHECK(obs->started == 0);
+  CHECK(stats.attempts == 0);
+}
+
+TEST_CASE("an async_retry whose caller's slot is cancelled before it starts sends nothing, as "
+          "the hedge does") {
+  // The same cancellation on the composed retry: its slot handler's dispatch, from a thread
+  // outside io.run(), queued behind begin(), which asked the gate and sent the attempt.
+  manual_clock::reset();
+  asio::io_context io;
+  asio::cancellation_signal caller;
+  auto gate = std::make_shared<asked_gate>();
+  scripted_op op{{succeed(7)}};
+  outcome o;
+  coretry::retry_stats stats;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, retry_policy{.max_attempts = 3, .breaker = gate},
+      stats, asio::bind_cancellation_slot(caller.slot(), record(o)));
+  caller.emit(asio::cancellation_type::terminal); // before the io_context runs anything
+  drive(io, [] { return false; });
+  CHECK(o.completions == 1);
+  CHECK(coretry::detail::is_aborted(o.error));
+  CHECK(op.calls == 0);
+  CHECK(gate->granted == 0);
 }

@@ -142,7 +142,8 @@ public:
     started_ = true;
     // In retry_op's order: link to the group, then the budget and the observer hear of the
     // operation, then a cancellation that came first ends it.
-    const bool cancelled = cancel_requested_ || (policy_.cancellation.can_be_cancelled() &&
+    const bool cancelled = cancel_requested_ || cancel_seen_.load(std::memory_order_acquire) ||
+                           (policy_.cancellation.can_be_cancelled() &&
                                                  !policy_.cancellation.attach(*this));
     if (policy_.budget)
       policy_.budget->on_request(start_);
@@ -364,12 +365,7 @@ private:
         hedge_.on_hedge(hedge_event{launched_, in_flight_, trigger});
       } catch (...) {
         // Nothing was sent: the breaker's grant is given back, and the attempt never ran.
-        sl.running = false;
-        sl.cut = hedge_cut::lost;
-        sl.grant.report(attempt_kind::abandoned, now);
-        token_.returned();
-        --in_flight_;
-        free_slots_.push_back(&sl); // never spawned
+        unlaunch(sl, now);
         finish_thrown(std::current_exception());
         return false;
       }
@@ -385,12 +381,9 @@ private:
     // but the attempt is not sent. It ends abandoned, its grant, send token and budget charge
     // go back, and the operation ends as cancelled.
     if (cancel_seen_.load(std::memory_order_acquire) || policy_.cancellation.cancelled()) {
-      sl.running = false;
-      sl.cut = hedge_cut::lost;
-      sl.grant.report(attempt_kind::abandoned, now);
-      token_.returned();
-      --in_flight_;
-      free_slots_.push_back(&sl); // never spawned
+      unlaunch(sl, now);
+      if (stats_)
+        ++stats_->abandoned; // as the observer hears it
       if (policy_.observer)
         emit(*policy_.observer,
              attempt_finished_event{policy_.label, sl.number, nanoseconds{0}, aborted_error(),
@@ -423,6 +416,17 @@ private:
                                      [s = this->shared_from_this(), p = &sl, keep = sl.signal](
                                          std::exception_ptr) { s->free_slots_.push_back(p); }));
     return true;
+  }
+
+  /// An attempt `launch` counted but never spawned: its slot goes back, and its grant and send
+  /// token with it (the budget's charge is `launch`'s own, and goes back as it returns).
+  void unlaunch(slot& sl, nanoseconds now) noexcept {
+    sl.running = false;
+    sl.cut = hedge_cut::lost;
+    sl.grant.report(attempt_kind::abandoned, now);
+    token_.returned();
+    --in_flight_;
+    free_slots_.push_back(&sl);
   }
 
   static asio::awaitable<void> run_attempt(self_ptr s, slot* sl) {

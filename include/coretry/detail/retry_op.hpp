@@ -29,6 +29,7 @@
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 
+#include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <exception>
@@ -276,6 +277,9 @@ public:
       // reach it.
       user_slot.assign([w = std::weak_ptr<retry_op>(s)](asio::cancellation_type) {
         if (auto st = w.lock()) {
+          // Seen at once by `begin` and `attempt`, even while the dispatch below waits behind
+          // them in the executor's queue (an emit from another thread, before the start ran).
+          st->cancel_seen_.store(true, std::memory_order_release);
           const Exec ex = st->exec_;
           const allocator_type a = st->alloc_;
           asio::dispatch(ex, asio::bind_allocator(a, [st = std::move(st)] { st->cancel(); }));
@@ -334,7 +338,8 @@ private:
   resume resumption(self_ptr self) const noexcept { return {std::move(self), alloc_}; }
 
   bool cancelled() const noexcept {
-    return cancelled_ || policy_of(policy_).cancellation.cancelled();
+    return cancelled_ || cancel_seen_.load(std::memory_order_acquire) ||
+           policy_of(policy_).cancellation.cancelled();
   }
   /// Whether attempt `seq` is still the one running, not yet ended.
   bool attempt_live(std::uint64_t seq) const noexcept { return in_attempt_ && attempt_seq_ == seq; }
@@ -625,6 +630,8 @@ private:
   bool timed_ = false;
   bool armed_ = false; ///< linked to the group, cancellable
   bool cancelled_ = false;
+  /// Set by the caller's slot, from any thread, before it dispatches `cancel`.
+  std::atomic<bool> cancel_seen_{false};
   bool sleeping_ = false;
   bool in_attempt_ = false;
   bool timed_out_ = false;
