@@ -324,6 +324,10 @@ void circuit_breaker::on_failure(nanoseconds now) noexcept {
   }
 }
 
+health circuit_breaker::classify(const std::error_code& ec) const {
+  return options_.classify ? options_.classify(ec) : default_health(ec);
+}
+
 void circuit_breaker::on_abandoned(nanoseconds) noexcept {
   abandoned_.fetch_add(1, std::memory_order_relaxed);
   release_slot();
@@ -399,6 +403,36 @@ std::uint64_t circuit_breaker::window_successes(nanoseconds now) const noexcept 
 
 std::uint64_t circuit_breaker::window_failures(nanoseconds now) const noexcept {
   return window_failures_->sum(now);
+}
+
+} // namespace coretry
+
+namespace coretry {
+
+const char* to_string(health h) noexcept {
+  switch (h) {
+  case health::healthy:
+    return "healthy";
+  case health::unhealthy:
+    return "unhealthy";
+  case health::pushback:
+    return "pushback";
+  case health::ignored:
+    return "ignored";
+  }
+  return "unknown";
+}
+
+health default_health(const std::error_code& ec) noexcept {
+  if (!ec)
+    return health::healthy;
+  if (ec == condition::cancelled)
+    return health::ignored;
+  if (ec == condition::pushback)
+    return health::pushback;
+  if (ec == condition::client_error)
+    return health::healthy;
+  return health::unhealthy;
 }
 
 } // namespace coretry

@@ -71,6 +71,14 @@ struct circuit_breaker_options {
   /// Size it above the attempts normally in flight (request rate × latency) with room for bursts
   /// and slow periods. 0 (the default): no limit. At most 1,000,000.
   unsigned max_in_flight = 0;
+  /// The breaker's own health classification of an attempt's outcome (`attempt_gate::classify`),
+  /// apart from what the policy retries: what it counts as a failure (`health::unhealthy`), a
+  /// push-back, or healthy. Empty (the default): `default_health`, which counts transport
+  /// failures, timeouts, rejected results and HTTP 5xx as failures, an HTTP 429 as a push-back,
+  /// an HTTP 4xx otherwise as healthy. It may throw (the attempt is then abandoned and the
+  /// operation ends with what was thrown). Polly's `ShouldHandle`, resilience4j's
+  /// `recordExceptions`.
+  std::function<health(const std::error_code&)> classify{};
   /// Seed of the break jitter (and of the ramp and the waiters' jitter); unset, one is drawn
   /// from entropy.
   std::optional<std::uint64_t> seed{};
@@ -144,6 +152,8 @@ public:
   /// It leaves the run of failures and the window alone and, while half-open, frees its probe
   /// slot as an abandoned attempt does; counted in `pushbacks()`.
   void on_pushback(std::chrono::nanoseconds now) noexcept override;
+  /// `options().classify(ec)` when set, else `default_health(ec)`.
+  health classify(const std::error_code& ec) const override;
   /// After a refusal at `now`: how long a waiting operation should wait before asking again
   /// (always positive; see the class comment).
   std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
