@@ -320,8 +320,8 @@ private:
   health gate_health(const std::error_code& ec, bool cut, nanoseconds hint,
                      const std::error_code& health_code) const {
     std::error_code code = health_code ? health_code : ec;
-    if (cut && code != condition::timed_out)
-      code = errc::attempt_timeout;
+    if (cut) // what the attempt said is moot: a timer cut it
+      code = ec == condition::timed_out ? ec : std::error_code(errc::attempt_timeout);
     const health h = p_.breaker->classify(code);
     if (h == health::unhealthy && !cut &&
         (hint > nanoseconds::zero() || (ec && p_.pushback_if && p_.pushback_if(ec))))
