@@ -231,18 +231,35 @@ TEST_CASE("the adaptive throttle hears its own classification too") {
   CHECK(throttle->accepts(now) == 2); // refused (as classified) and the success
 }
 
+namespace {
+struct timing_gate final : coretry::attempt_gate {
+  std::vector<std::pair<health, std::chrono::nanoseconds>> heard;
+  bool try_acquire(std::chrono::nanoseconds) noexcept override { return true; }
+  void on_success(std::chrono::nanoseconds) noexcept override {}
+  void on_failure(std::chrono::nanoseconds) noexcept override {}
+  void on_abandoned(std::chrono::nanoseconds) noexcept override {}
+  void on_outcome(health h, std::chrono::nanoseconds,
+                  std::chrono::nanoseconds duration) noexcept override {
+    heard.emplace_back(h, duration);
+  }
+};
+} // namespace
+
+TEST_CASE("a hedge hands the gate each attempt's health and duration as the loop does") {
+  manual_clock::reset();
+  asio::io_context io;
+  auto gate = std::make_shared<timing_gate>();
+  scripted_op op{{fail(refused, 30ms), succeed(2, 70ms)}};
+  retry_policy p{.max_attempts = 2, .breaker = gate};
+  coretry::hedge_stats stats;
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 1}, stats);
+  CHECK(r.value == 2);
+  REQUIRE(gate->heard.size() == 2);
+  CHECK(gate->heard[0] == std::pair{health::unhealthy, std::chrono::nanoseconds(30ms)});
+  CHECK(gate->heard[1] == std::pair{health::healthy, std::chrono::nanoseconds(70ms)});
+}
+
 TEST_CASE("a gate that overrides on_outcome hears the health and the attempt's duration") {
-  struct timing_gate final : coretry::attempt_gate {
-    std::vector<std::pair<health, std::chrono::nanoseconds>> heard;
-    bool try_acquire(std::chrono::nanoseconds) noexcept override { return true; }
-    void on_success(std::chrono::nanoseconds) noexcept override {}
-    void on_failure(std::chrono::nanoseconds) noexcept override {}
-    void on_abandoned(std::chrono::nanoseconds) noexcept override {}
-    void on_outcome(health h, std::chrono::nanoseconds,
-                    std::chrono::nanoseconds duration) noexcept override {
-      heard.emplace_back(h, duration);
-    }
-  };
   manual_clock::reset();
   asio::io_context io;
   auto gate = std::make_shared<timing_gate>();
