@@ -78,8 +78,20 @@ circuit_breaker::circuit_breaker(circuit_breaker_options options)
     reject("consecutive_failures", o.consecutive_failures, "must be in [0, 1000000]");
   if (!(o.failure_ratio >= 0 && o.failure_ratio <= 1))
     reject("failure_ratio", o.failure_ratio, "must be in [0, 1]");
-  if (o.consecutive_failures == 0 && o.failure_ratio == 0)
-    reject("consecutive_failures", 0, "and failure_ratio both 0: the breaker could never open");
+  if (o.consecutive_failures == 0 && o.failure_ratio == 0 &&
+      o.slow_call_duration == nanoseconds::max())
+    reject("consecutive_failures", 0,
+           "and failure_ratio both 0 (and no slow_call_duration): the breaker could never open");
+  if (o.window_type != sliding_window::time_based && o.window_type != sliding_window::count_based)
+    reject("window_type", static_cast<int>(o.window_type),
+           "must be sliding_window::time_based or count_based");
+  if (o.window_calls < 1 || o.window_calls > 100'000)
+    reject("window_calls", o.window_calls, "must be in [1, 100000]");
+  if (o.slow_call_duration <= nanoseconds::zero())
+    reject("slow_call_duration (ns)", static_cast<double>(o.slow_call_duration.count()),
+           "must be positive");
+  if (!(o.slow_call_ratio > 0 && o.slow_call_ratio <= 1))
+    reject("slow_call_ratio", o.slow_call_ratio, "must be in (0, 1]");
   if (o.minimum_throughput < 1)
     reject("minimum_throughput", o.minimum_throughput, "must be at least 1");
   if (o.window <= nanoseconds::zero())
@@ -106,6 +118,10 @@ circuit_breaker::circuit_breaker(circuit_breaker_options options)
       std::make_unique<detail::window_counter>(o.window / o.window_buckets, o.window_buckets);
   window_failures_ =
       std::make_unique<detail::window_counter>(o.window / o.window_buckets, o.window_buckets);
+  window_slow_ =
+      std::make_unique<detail::window_counter>(o.window / o.window_buckets, o.window_buckets);
+  if (o.window_type == sliding_window::count_based)
+    calls_ = std::make_unique<detail::call_window>(o.window_calls);
 }
 
 circuit_breaker::~circuit_breaker() = default;
@@ -153,13 +169,66 @@ nanoseconds circuit_breaker::retry_after(nanoseconds now) noexcept {
   return std::max(nanoseconds(1), detail::ns_sat(interval * draw_uniform(0.5, 1.5)));
 }
 
+detail::call_window_sums circuit_breaker::window_sums(nanoseconds now) const noexcept {
+  if (calls_)
+    return calls_->sum();
+  return {window_successes_->sum(now), window_failures_->sum(now), window_slow_->sum(now)};
+}
+
 bool circuit_breaker::ratio_tripped(nanoseconds now) const noexcept {
   if (options_.failure_ratio == 0)
     return false;
-  const std::uint64_t bad = window_failures_->sum(now);
-  const std::uint64_t total = bad + window_successes_->sum(now);
+  const auto sums = window_sums(now);
+  const std::uint64_t total = sums.failures + sums.successes;
   return total >= options_.minimum_throughput &&
-         static_cast<double>(bad) >= options_.failure_ratio * static_cast<double>(total);
+         static_cast<double>(sums.failures) >= options_.failure_ratio * static_cast<double>(total);
+}
+
+bool circuit_breaker::slow_tripped(nanoseconds now) const noexcept {
+  if (options_.slow_call_duration == nanoseconds::max())
+    return false;
+  const auto sums = window_sums(now);
+  const std::uint64_t total = sums.failures + sums.successes;
+  return total >= options_.minimum_throughput &&
+         static_cast<double>(sums.slow) >= options_.slow_call_ratio * static_cast<double>(total);
+}
+
+void circuit_breaker::count_outcome(nanoseconds now, bool failure, bool slow) noexcept {
+  if (calls_) {
+    calls_->add(failure ? detail::call_window::failure
+                        : (slow ? detail::call_window::slow : detail::call_window::success));
+    return;
+  }
+  if (failure) {
+    window_failures_->add(now);
+    return;
+  }
+  window_successes_->add(now);
+  if (slow)
+    window_slow_->add(now);
+}
+
+void circuit_breaker::clear_window() noexcept {
+  window_successes_->clear();
+  window_failures_->clear();
+  window_slow_->clear();
+  if (calls_)
+    calls_->clear();
+}
+
+void circuit_breaker::trip(nanoseconds now) noexcept {
+  const nanoseconds until = detail::add_sat(now, draw_break());
+  std::uint64_t w = word_.load(std::memory_order_acquire);
+  for (;;) {
+    const breaker_state from = state_of(w);
+    if (from != breaker_state::closed && from != breaker_state::half_open)
+      return;
+    if (word_.compare_exchange_weak(w, open_word(until), std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+      transition(from, breaker_state::open, now);
+      return;
+    }
+  }
 }
 
 void circuit_breaker::transition(breaker_state from, breaker_state to, nanoseconds now) noexcept {
@@ -171,8 +240,7 @@ void circuit_breaker::transition(breaker_state from, breaker_state to, nanosecon
     half_opened_.fetch_add(1, std::memory_order_relaxed);
     break;
   case breaker_state::closed:
-    window_successes_->clear();
-    window_failures_->clear();
+    clear_window();
     closed_.fetch_add(1, std::memory_order_relaxed);
     break;
   case breaker_state::isolated:
@@ -247,12 +315,31 @@ bool circuit_breaker::acquire_state(nanoseconds now) noexcept {
   }
 }
 
-void circuit_breaker::on_success(nanoseconds now) noexcept {
+void circuit_breaker::on_outcome(health h, nanoseconds now, nanoseconds duration) noexcept {
+  if (h == health::healthy && duration > options_.slow_call_duration)
+    succeed(now, true);
+  else
+    attempt_gate::on_outcome(h, now, duration);
+}
+
+void circuit_breaker::on_success(nanoseconds now) noexcept { succeed(now, false); }
+
+void circuit_breaker::succeed(nanoseconds now, bool slow) noexcept {
   release_slot();
   successes_.fetch_add(1, std::memory_order_relaxed);
+  if (slow)
+    slow_calls_.fetch_add(1, std::memory_order_relaxed);
   std::uint64_t w = word_.load(std::memory_order_acquire);
-  if (state_of(w) == breaker_state::closed)
-    window_successes_->add(now);
+  if (state_of(w) == breaker_state::closed) {
+    count_outcome(now, false, slow);
+    if (slow && slow_tripped(now)) {
+      trip(now);
+      return;
+    }
+  } else if (slow && state_of(w) == breaker_state::half_open) {
+    trip(now); // a slow probe: the upstream is still too slow
+    return;
+  }
   for (;;) {
     std::uint64_t next = 0;
     switch (state_of(w)) {
@@ -290,7 +377,7 @@ void circuit_breaker::on_failure(nanoseconds now) noexcept {
   failures_.fetch_add(1, std::memory_order_relaxed);
   std::uint64_t w = word_.load(std::memory_order_acquire);
   if (state_of(w) == breaker_state::closed)
-    window_failures_->add(now);
+    count_outcome(now, true, false);
   std::optional<nanoseconds> until;
   for (;;) {
     std::uint64_t next = 0;
@@ -322,6 +409,10 @@ void circuit_breaker::on_failure(nanoseconds now) noexcept {
       return;
     }
   }
+}
+
+health circuit_breaker::classify(const std::error_code& ec) const {
+  return options_.classify ? options_.classify(ec) : default_health(ec);
 }
 
 void circuit_breaker::on_abandoned(nanoseconds) noexcept {
@@ -368,8 +459,7 @@ void circuit_breaker::reset(nanoseconds now) noexcept {
   if (state_of(w) != breaker_state::closed) {
     transition(state_of(w), breaker_state::closed, now); // clears the window
   } else {
-    window_successes_->clear();
-    window_failures_->clear();
+    clear_window();
   }
 }
 
@@ -394,11 +484,55 @@ unsigned circuit_breaker::failure_run() const noexcept {
 }
 
 std::uint64_t circuit_breaker::window_successes(nanoseconds now) const noexcept {
-  return window_successes_->sum(now);
+  return calls_ ? calls_->sum().successes : window_successes_->sum(now);
 }
 
 std::uint64_t circuit_breaker::window_failures(nanoseconds now) const noexcept {
-  return window_failures_->sum(now);
+  return calls_ ? calls_->sum().failures : window_failures_->sum(now);
+}
+
+std::uint64_t circuit_breaker::window_slow_calls(nanoseconds now) const noexcept {
+  return calls_ ? calls_->sum().slow : window_slow_->sum(now);
+}
+
+const char* to_string(sliding_window w) noexcept {
+  switch (w) {
+  case sliding_window::time_based:
+    return "time_based";
+  case sliding_window::count_based:
+    return "count_based";
+  }
+  return "unknown";
+}
+
+} // namespace coretry
+
+namespace coretry {
+
+const char* to_string(health h) noexcept {
+  switch (h) {
+  case health::healthy:
+    return "healthy";
+  case health::unhealthy:
+    return "unhealthy";
+  case health::pushback:
+    return "pushback";
+  case health::ignored:
+    return "ignored";
+  }
+  return "unknown";
+}
+
+health default_health(const std::error_code& ec) noexcept {
+  if (!ec)
+    return health::healthy;
+  if (ec == condition::cancelled)
+    return health::ignored;
+  if (ec == condition::pushback)
+    return health::pushback;
+  if (ec == condition::client_error)
+    return health::healthy;
+  return health::unhealthy;
 }
 
 } // namespace coretry

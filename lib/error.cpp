@@ -61,6 +61,10 @@ public:
       return "timed out";
     case condition::cancelled:
       return "cancelled";
+    case condition::pushback:
+      return "the upstream asked the client to slow down";
+    case condition::client_error:
+      return "the upstream refused the request for the request's own fault";
     }
     return "unknown coretry condition " + std::to_string(value);
   }
@@ -80,6 +84,9 @@ public:
                   : is_system(ec, std::errc::timed_out);
     case condition::cancelled:
       return ours ? e == errc::cancelled : is_system(ec, std::errc::operation_canceled);
+    case condition::pushback:
+    case condition::client_error:
+      return false; // adapters' categories say which of their codes belong
     }
     return false;
   }

@@ -76,6 +76,10 @@ void adaptive_throttle::on_failure(nanoseconds now) noexcept {
 
 void adaptive_throttle::on_abandoned(nanoseconds) noexcept {}
 
+health adaptive_throttle::classify(const std::error_code& ec) const {
+  return options_.classify ? options_.classify(ec) : default_health(ec);
+}
+
 std::uint64_t adaptive_throttle::requests(nanoseconds now) const noexcept {
   return requests_->sum(now);
 }

@@ -156,4 +156,63 @@ private:
   mutable std::atomic<std::int64_t> latest_{none_}; ///< the newest bucket seen
 };
 
+/// What a breaker's window holds.
+struct call_window_sums {
+  std::uint64_t successes = 0; ///< slow ones included
+  std::uint64_t failures = 0;
+  std::uint64_t slow = 0;
+};
+
+/// The circuit breaker's count-based window: the last `size` outcomes, one atomic byte each in a
+/// ring. Each outcome takes the next slot (one fetch-and-add) and overwrites the oldest; the sums
+/// are read by scanning the ring, so no count can drift from what the slots hold.
+class call_window {
+public:
+  enum : std::uint8_t { empty = 0, success = 1, slow = 2, failure = 3 };
+
+  explicit call_window(unsigned size)
+      : size_(size), slots_(std::make_unique<std::atomic<std::uint8_t>[]>(size)) {
+    clear();
+  }
+
+  /// Counts one outcome (`success`, `slow` or `failure`), forgetting the oldest.
+  void add(std::uint8_t kind) noexcept {
+    const std::uint64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    slots_[static_cast<std::size_t>(i % size_)].store(kind, std::memory_order_release);
+  }
+
+  using sums = call_window_sums;
+  sums sum() const noexcept {
+    sums s;
+    for (unsigned i = 0; i < size_; ++i) {
+      switch (slots_[i].load(std::memory_order_acquire)) {
+      case success:
+        ++s.successes;
+        break;
+      case slow:
+        ++s.successes;
+        ++s.slow;
+        break;
+      case failure:
+        ++s.failures;
+        break;
+      default:
+        break;
+      }
+    }
+    return s;
+  }
+
+  /// Forgets every outcome.
+  void clear() noexcept {
+    for (unsigned i = 0; i < size_; ++i)
+      slots_[i].store(empty, std::memory_order_release);
+  }
+
+private:
+  unsigned size_;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> slots_;
+  std::atomic<std::uint64_t> next_{0};
+};
+
 } // namespace coretry::detail

@@ -477,3 +477,157 @@ TEST_CASE("max_in_flight: a refusal by the state takes no slot, and the cap hold
 TEST_CASE("max_in_flight out of range is refused with its name") {
   CHECK(rejection({.max_in_flight = 1'000'001}).find("max_in_flight") != std::string::npos);
 }
+
+// Part of issue 31: slow calls, a count-based window, the minimum number of calls.
+
+namespace {
+
+// A breaker that opens on slow calls only: its failure triggers are off.
+circuit_breaker_options slow_only(unsigned minimum_calls = 4) {
+  return exact({.consecutive_failures = 0,
+                .failure_ratio = 0,
+                .minimum_throughput = minimum_calls,
+                .slow_call_duration = 100ms,
+                .slow_call_ratio = 0.5});
+}
+
+// One granted attempt that took `took` and ended healthy at `now`.
+void call(circuit_breaker& b, std::chrono::nanoseconds now, std::chrono::nanoseconds took,
+          coretry::health h = coretry::health::healthy) {
+  REQUIRE(b.try_acquire(now - took));
+  b.on_outcome(h, now, took);
+}
+
+} // namespace
+
+TEST_CASE("slow successes open the breaker once their ratio reaches the threshold") {
+  circuit_breaker b(slow_only());
+  call(b, 1s, 10ms);
+  call(b, 2s, 150ms);
+  call(b, 3s, 10ms);
+  CHECK(b.state() == breaker_state::closed); // 1 slow of 3: under the minimum anyway
+  call(b, 4s, 200ms);                        // 2 slow of 4: the ratio, with the minimum
+  CHECK(b.state() == breaker_state::open);
+  CHECK(b.times_opened() == 1);
+  CHECK(b.slow_calls() == 2);
+  CHECK(b.successes() == 4);
+  CHECK(b.failures() == 0);
+}
+
+TEST_CASE("fast successes, and calls exactly at the slow duration, never open it") {
+  circuit_breaker b(slow_only());
+  for (int i = 1; i <= 50; ++i)
+    call(b, std::chrono::milliseconds(i * 100), i % 2 ? 100ms : 5ms); // at it is not slower
+  CHECK(b.state() == breaker_state::closed);
+  CHECK(b.slow_calls() == 0);
+  CHECK(b.window_slow_calls(5s) == 0);
+}
+
+TEST_CASE("a slow failure is a failure, not a slow call") {
+  circuit_breaker b(slow_only());
+  for (int i = 1; i <= 4; ++i)
+    call(b, std::chrono::seconds(i), 1s, coretry::health::unhealthy);
+  CHECK(b.state() == breaker_state::closed); // the failure triggers are off
+  CHECK(b.slow_calls() == 0);
+  CHECK(b.failures() == 4);
+}
+
+TEST_CASE("the minimum number of calls holds the breaker closed, for either ratio") {
+  circuit_breaker b(slow_only(10));
+  for (int i = 1; i <= 9; ++i)
+    call(b, std::chrono::milliseconds(i * 10), 500ms); // all slow, but only 9
+  CHECK(b.state() == breaker_state::closed);
+  CHECK(b.window_slow_calls(100ms) == 9);
+  call(b, 100ms, 500ms); // the tenth
+  CHECK(b.state() == breaker_state::open);
+
+  circuit_breaker f(
+      exact({.consecutive_failures = 0, .failure_ratio = 0.5, .minimum_throughput = 5}));
+  fail_n(f, 4, 1s);
+  CHECK(f.state() == breaker_state::closed);
+  fail_n(f, 1, 1s);
+  CHECK(f.state() == breaker_state::open);
+}
+
+TEST_CASE("a slow probe opens a half-open breaker again; a fast one closes it") {
+  circuit_breaker b(slow_only());
+  for (int i = 1; i <= 4; ++i)
+    call(b, std::chrono::seconds(i), 1s);
+  REQUIRE(b.state() == breaker_state::open);
+  const auto until = b.open_until();
+  REQUIRE(b.try_acquire(until));
+  REQUIRE(b.state() == breaker_state::half_open);
+  b.on_outcome(coretry::health::healthy, until + 300ms, 300ms);
+  CHECK(b.state() == breaker_state::open);
+  CHECK(b.times_opened() == 2);
+  const auto again = b.open_until();
+  REQUIRE(b.try_acquire(again));
+  b.on_outcome(coretry::health::healthy, again + 10ms, 10ms);
+  CHECK(b.state() == breaker_state::closed);
+}
+
+TEST_CASE("the count-based window forgets the (N+1)-th newest call, however recent") {
+  circuit_breaker b(exact({.consecutive_failures = 0,
+                           .failure_ratio = 0.5,
+                           .minimum_throughput = 4,
+                           .window_type = coretry::sliding_window::count_based,
+                           .window_calls = 4}));
+  // Two failures, then many successes at the same instant: once four successes are in, the
+  // failures are out of the window although no time has passed.
+  fail_n(b, 1, 1s);
+  b.on_success(1s);
+  fail_n(b, 1, 1s);
+  CHECK(b.window_failures(1s) == 2);
+  for (int i = 0; i < 4; ++i)
+    b.on_success(1s);
+  CHECK(b.window_failures(1s) == 0);
+  CHECK(b.window_successes(1s) == 4);
+  // Now one failure in the last four: 25 %, closed; a second: 50 %, open.
+  fail_n(b, 1, 1s);
+  CHECK(b.state() == breaker_state::closed);
+  fail_n(b, 1, 1s);
+  CHECK(b.state() == breaker_state::open);
+}
+
+TEST_CASE("the count-based window keeps old calls a time-based one forgets") {
+  const circuit_breaker_options o{.consecutive_failures = 0,
+                                  .failure_ratio = 0.5,
+                                  .minimum_throughput = 2,
+                                  .window = 10s,
+                                  .window_calls = 10};
+  circuit_breaker by_time(exact(o));
+  auto counted = o;
+  counted.window_type = coretry::sliding_window::count_based;
+  circuit_breaker by_count(exact(counted));
+  for (auto* b : {&by_time, &by_count})
+    fail_n(*b, 1, 0s); // an hour apart: the time window forgets the first
+  for (auto* b : {&by_time, &by_count}) {
+    b->on_success(1h);
+    b->on_success(1h);
+  }
+  fail_n(by_time, 1, 1h);
+  fail_n(by_count, 1, 1h);
+  CHECK(by_time.state() == breaker_state::closed); // 1 of 3 in the last 10 s
+  CHECK(by_count.state() == breaker_state::open);  // 2 of 4 in the last 10 calls
+}
+
+TEST_CASE("the slow-call and count-window options are validated, naming field and value") {
+  CHECK(rejection({.slow_call_duration = 0s}).find("slow_call_duration (ns) = 0") !=
+        std::string::npos);
+  CHECK(rejection({.slow_call_duration = -1s}).find("slow_call_duration (ns) = -1000000000") !=
+        std::string::npos);
+  CHECK(rejection({.slow_call_ratio = 0}) ==
+        "coretry::circuit_breaker_options: slow_call_ratio = 0.000000 (must be in (0, 1])");
+  CHECK(rejection({.slow_call_ratio = 1.5}).find("slow_call_ratio = 1.5") != std::string::npos);
+  CHECK(rejection({.window_calls = 0}).find("window_calls = 0") != std::string::npos);
+  CHECK(rejection({.window_calls = 100'001}).find("window_calls = 100001") != std::string::npos);
+  CHECK(
+      rejection({.window_type = static_cast<coretry::sliding_window>(7)}).find("window_type = 7") !=
+      std::string::npos);
+  // The slow-call trigger alone is a way to open: the failure triggers may both be off.
+  CHECK(rejection({.consecutive_failures = 0, .failure_ratio = 0, .slow_call_duration = 1s}) ==
+        "valid");
+  CHECK(rejection({.consecutive_failures = 0, .failure_ratio = 0}).find("consecutive_failures") !=
+        std::string::npos);
+  CHECK(std::string(coretry::to_string(coretry::sliding_window::count_based)) == "count_based");
+}

@@ -522,6 +522,28 @@ TEST_CASE("own form: an empty object is retry_policy's defaults") {
   CHECK_FALSE(pc.hedge.has_value());
 }
 
+TEST_CASE("own form: a breaker's slow-call and count-window fields are read and checked") {
+  const auto c = read_policy(R"({"breaker": {"window_type": "count_based", "window_calls": 50,
+      "slow_call_duration": "300ms", "slow_call_ratio": 0.8, "minimum_throughput": 10}})");
+  const auto breaker = std::dynamic_pointer_cast<coretry::circuit_breaker>(c.policy.breaker);
+  REQUIRE(breaker != nullptr);
+  CHECK(breaker->options().window_type == coretry::sliding_window::count_based);
+  CHECK(breaker->options().window_calls == 50);
+  CHECK(breaker->options().slow_call_duration == 300ms);
+  CHECK(breaker->options().slow_call_ratio == 0.8);
+  CHECK(breaker->options().minimum_throughput == 10);
+  CHECK(own_error(R"({"breaker": {"window_type": "sliding"}})") ==
+        R"(breaker.window_type: "sliding" is not a window type (time_based, count_based))");
+  CHECK(own_error(R"({"breaker": {"slow_call_ratio": 0}})") ==
+        "breaker.slow_call_ratio: 0 is out of range (coretry::circuit_breaker_options: "
+        "slow_call_ratio = 0.000000 (must be in (0, 1]))");
+  CHECK(own_error(R"({"breaker": {"window_calls": 0}})")
+            .find("breaker.window_calls: 0 is out of "
+                  "range") == 0);
+  CHECK(own_error(R"({"breaker": {"slow_call_duration": "0s"}})")
+            .find("slow_call_duration (ns) = 0") != std::string::npos);
+}
+
 TEST_CASE("own form: presets by name, fields on top; null removes a preset's breaker") {
   const auto safe = read_policy(R"({"preset": "overload_safe", "attempt_timeout": "3s"})");
   CHECK(safe.policy.attempt_timeout == 3s);

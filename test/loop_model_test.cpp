@@ -196,10 +196,12 @@ expectation model(const scenario& s) {
       e.end = t;
       return e;
     }
-    if (cut || ec == retryable_error)
+    // The gate's own classification (default_health), whatever retry_if says (issue 28): the
+    // permanent error (permission denied) is unhealthy too.
+    if (cut || coretry::default_health(ec) == coretry::health::unhealthy)
       ++e.breaker_failures;
     else
-      ++e.breaker_successes; // says nothing of the upstream's health
+      ++e.breaker_successes;
     last = ec;
     if (cut && by_deadline)
       return stop(errc::deadline_exceeded);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string_view>
+#include <system_error>
 
 namespace coretry {
 
@@ -42,11 +43,23 @@ public:
   /// The status given to `http`, or 0.
   int http_status() const noexcept { return status_; }
 
+  /// Tells the breaker (`retry_policy::breaker`, through its health classification
+  /// `attempt_gate::classify`) what this attempt's outcome says about the upstream, in place of
+  /// the error the attempt returns: an attempt whose result is rejected reaches the loop as
+  /// `errc::result_rejected`, which a gate cannot tell apart. `coretry::curl` sets the status of
+  /// every response of 400 or more (`make_http_status_error`), whose category places it in
+  /// `condition::client_error` or `condition::pushback`, or in neither (HTTP 5xx: unhealthy).
+  /// Ignored for an attempt cut by the deadline or its timeout, or cancelled.
+  void health_code(const std::error_code& ec) noexcept { health_code_ = ec; }
+  /// The code given to `health_code`, or an empty one.
+  const std::error_code& health_code() const noexcept { return health_code_; }
+
 private:
   unsigned number_;
   int status_ = 0; // beside `number_`, in what would be padding: the context lives in the frame
   std::chrono::nanoseconds hint_{0};
   std::string_view method_{};
+  std::error_code health_code_{};
 };
 
 } // namespace coretry

@@ -17,6 +17,8 @@
 namespace coretry {
 namespace detail {
 class window_counter;
+class call_window;
+struct call_window_sums;
 } // namespace detail
 
 /// Where a `circuit_breaker` stands.
@@ -30,7 +32,18 @@ enum class breaker_state : std::uint8_t {
 /// "closed", "open", "half_open" or "isolated".
 CORETRY_API const char* to_string(breaker_state s) noexcept;
 
-/// Settings of a `circuit_breaker`. Each trigger can be switched off (0), not both.
+/// Which outcomes a `circuit_breaker`'s ratios (`failure_ratio`, `slow_call_ratio`) look at, as
+/// resilience4j's `slidingWindowType`.
+enum class sliding_window : std::uint8_t {
+  time_based,  ///< the outcomes of the last `circuit_breaker_options::window`
+  count_based, ///< the last `circuit_breaker_options::window_calls` outcomes, however old
+};
+
+/// "time_based" or "count_based".
+CORETRY_API const char* to_string(sliding_window w) noexcept;
+
+/// Settings of a `circuit_breaker`. Each trigger can be switched off (0; the slow-call one by
+/// leaving `slow_call_duration` unlimited), not all of them.
 struct circuit_breaker_options {
   /// Opens after this many failures in a row while closed (a success resets the run).
   /// 0: this trigger is off. At most 1,000,000.
@@ -38,12 +51,28 @@ struct circuit_breaker_options {
   /// Opens when, over the last `window`, failures / (successes + failures) reaches this ratio
   /// with at least `minimum_throughput` outcomes seen. In [0, 1]; 0: this trigger is off.
   double failure_ratio = 0.5;
-  /// Outcomes the window must hold before `failure_ratio` applies. At least 1.
+  /// Outcomes the window must hold before either ratio (`failure_ratio`, `slow_call_ratio`)
+  /// applies: resilience4j's `minimumNumberOfCalls`. At least 1.
   unsigned minimum_throughput = 20;
   /// How far back `failure_ratio` looks. Positive.
   std::chrono::nanoseconds window = std::chrono::seconds(10);
   /// How finely the window slides (`window / window_buckets` at a time). In [1, 1000].
   unsigned window_buckets = 10;
+  /// Which outcomes the ratios look at: those of the last `window` (`time_based`, the default)
+  /// or the last `window_calls` outcomes (`count_based`, resilience4j's default), however old.
+  sliding_window window_type = sliding_window::time_based;
+  /// How many outcomes a count-based window holds: the (N+1)-th newest is forgotten. In
+  /// [1, 100000]. Unused by a time-based window.
+  unsigned window_calls = 100;
+  /// A healthy attempt that took longer than this, from its grant to its outcome, is a slow call
+  /// (resilience4j's `slowCallDurationThreshold`): the upstream answers, but too slowly (a
+  /// brownout). `nanoseconds::max()` (`coretry::unlimited`, the default): no call is slow, and
+  /// this trigger is off. Positive.
+  std::chrono::nanoseconds slow_call_duration = std::chrono::nanoseconds::max();
+  /// Opens when slow calls / outcomes in the window reach this ratio, with at least
+  /// `minimum_throughput` outcomes (resilience4j's `slowCallRateThreshold`). In (0, 1]; used only
+  /// with a `slow_call_duration`.
+  double slow_call_ratio = 1.0;
   /// How long the breaker stays open before it lets probes through. Positive.
   std::chrono::nanoseconds break_duration = std::chrono::seconds(5);
   /// Each break lasts `break_duration * u`, u uniform in [1 - break_jitter, 1 + break_jitter],
@@ -71,6 +100,14 @@ struct circuit_breaker_options {
   /// Size it above the attempts normally in flight (request rate × latency) with room for bursts
   /// and slow periods. 0 (the default): no limit. At most 1,000,000.
   unsigned max_in_flight = 0;
+  /// The breaker's own health classification of an attempt's outcome (`attempt_gate::classify`),
+  /// apart from what the policy retries: what it counts as a failure (`health::unhealthy`), a
+  /// push-back, or healthy. Empty (the default): `default_health`, which counts transport
+  /// failures, timeouts, rejected results and HTTP 5xx as failures, an HTTP 429 as a push-back,
+  /// an HTTP 4xx otherwise as healthy. It may throw (the attempt is then abandoned and the
+  /// operation ends with what was thrown). Polly's `ShouldHandle`, resilience4j's
+  /// `recordExceptions`.
+  std::function<health(const std::error_code&)> classify{};
   /// Seed of the break jitter (and of the ramp and the waiters' jitter); unset, one is drawn
   /// from entropy.
   std::optional<std::uint64_t> seed{};
@@ -97,6 +134,14 @@ struct circuit_breaker_options {
 ///   to: an outcome reported while half-open counts as a probe's, even for an attempt granted
 ///   before the breaker opened (a late success closes it a little early; a late failure keeps it
 ///   open a little longer).
+/// - **slow calls** (when `slow_call_duration` is set): a healthy outcome reported through
+///   `on_outcome` with a duration above `slow_call_duration` is a slow call. While closed it
+///   counts as a success (it ends the run of failures) and as slow in the window; the breaker
+///   opens when slow calls reach `slow_call_ratio` of the window's outcomes (with at least
+///   `minimum_throughput` of them). While half-open a slow probe opens the breaker again, as a
+///   failed one does. `on_success` called directly is never slow (it has no duration).
+/// - **count-based window** (`window_type = sliding_window::count_based`): the ratios look at
+///   the last `window_calls` outcomes instead of the last `window`.
 /// - **push-back** (`on_pushback`: an HTTP 429 or an answer carrying `Retry-After`, see
 ///   `retry_policy::pushback_if`): the upstream answered and asked for less traffic; the loop
 ///   honours its hint, and the breaker counts it as neither failure nor success.
@@ -140,10 +185,16 @@ public:
   void on_success(std::chrono::nanoseconds now) noexcept override;
   void on_failure(std::chrono::nanoseconds now) noexcept override;
   void on_abandoned(std::chrono::nanoseconds now) noexcept override;
+  /// As `attempt_gate::on_outcome`, and a healthy outcome whose `duration` is above
+  /// `slow_call_duration` is a slow call (see the class comment).
+  void on_outcome(health h, std::chrono::nanoseconds now,
+                  std::chrono::nanoseconds duration) noexcept override;
   /// A push-back (an HTTP 429, an answer with `Retry-After`): neither a failure nor a success.
   /// It leaves the run of failures and the window alone and, while half-open, frees its probe
   /// slot as an abandoned attempt does; counted in `pushbacks()`.
   void on_pushback(std::chrono::nanoseconds now) noexcept override;
+  /// `options().classify(ec)` when set, else `default_health(ec)`.
+  health classify(const std::error_code& ec) const override;
   /// After a refusal at `now`: how long a waiting operation should wait before asking again
   /// (always positive; see the class comment).
   std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
@@ -168,10 +219,18 @@ public:
   unsigned probes_in_flight() const noexcept;
   /// While closed: the current run of failures. Otherwise zero.
   unsigned failure_run() const noexcept;
-  /// Outcomes in the window ending at `now` (counted while closed only).
+  /// Successes in the window ending at `now` (counted while closed only; a count-based window
+  /// ignores `now`).
   std::uint64_t window_successes(std::chrono::nanoseconds now) const noexcept;
-  /// Failures in the window ending at `now` (counted while closed only).
+  /// Failures in the window ending at `now` (counted while closed only; a count-based window
+  /// ignores `now`).
   std::uint64_t window_failures(std::chrono::nanoseconds now) const noexcept;
+
+  /// Slow calls in the window ending at `now` (counted while closed only; a count-based window
+  /// ignores `now`).
+  std::uint64_t window_slow_calls(std::chrono::nanoseconds now) const noexcept;
+  /// Slow calls reported since construction (also counted in `successes()`).
+  std::uint64_t slow_calls() const noexcept { return slow_calls_.load(std::memory_order_relaxed); }
 
   /// Totals since construction.
   std::uint64_t successes() const noexcept { return successes_.load(std::memory_order_relaxed); }
@@ -212,6 +271,12 @@ public:
 private:
   std::chrono::nanoseconds draw_break() noexcept;
   bool ratio_tripped(std::chrono::nanoseconds now) const noexcept;
+  bool slow_tripped(std::chrono::nanoseconds now) const noexcept;
+  detail::call_window_sums window_sums(std::chrono::nanoseconds now) const noexcept;
+  void count_outcome(std::chrono::nanoseconds now, bool failure, bool slow) noexcept;
+  void clear_window() noexcept;
+  void succeed(std::chrono::nanoseconds now, bool slow) noexcept;
+  void trip(std::chrono::nanoseconds now) noexcept;
   double draw_uniform(double lo, double hi) noexcept;
   bool ramp_admits(std::chrono::nanoseconds now) noexcept;
   void transition(breaker_state from, breaker_state to, std::chrono::nanoseconds now) noexcept;
@@ -226,6 +291,8 @@ private:
   std::atomic<std::int64_t> closed_at_;
   std::unique_ptr<detail::window_counter> window_successes_;
   std::unique_ptr<detail::window_counter> window_failures_;
+  std::unique_ptr<detail::window_counter> window_slow_;
+  std::unique_ptr<detail::call_window> calls_; ///< the count-based window, when chosen
   std::atomic<std::uint64_t> successes_{0};
   std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> abandoned_{0};
@@ -237,6 +304,7 @@ private:
   std::atomic<std::uint64_t> isolated_{0};
   std::atomic<std::uint64_t> pushbacks_{0};
   std::atomic<std::uint64_t> in_flight_refusals_{0};
+  std::atomic<std::uint64_t> slow_calls_{0};
   std::atomic<unsigned> in_flight_{0};
 };
 

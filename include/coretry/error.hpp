@@ -84,6 +84,15 @@ enum class condition {
   /// The operation was cancelled: `asio::error::operation_aborted`
   /// (`std::errc::operation_canceled`) or `errc::cancelled`.
   cancelled,
+  /// The upstream answered and asked the client to slow down. No code of coretry's own belongs
+  /// here; an adapter's category adds its codes (`coretry::curl`: HTTP 429). The default health
+  /// classification (`default_health`) counts it as a push-back, not a failure.
+  pushback,
+  /// The upstream answered and refused the request for the request's own fault: it says nothing
+  /// of the upstream's health. No code of coretry's own belongs here; an adapter's category adds
+  /// its codes (`coretry::curl`: HTTP 4xx other than 408 and 429, a malformed URL, an unsupported
+  /// protocol). The default health classification counts it as healthy.
+  client_error,
 };
 
 /// The category of `coretry::condition`; its name is "coretry.condition".

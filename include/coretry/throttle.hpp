@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -29,6 +30,10 @@ struct adaptive_throttle_options {
   std::chrono::nanoseconds window = std::chrono::minutes(2);
   /// How finely the window slides (`window / window_buckets` at a time). In [1, 1000].
   unsigned window_buckets = 60;
+  /// The throttle's own health classification of an attempt's outcome
+  /// (`attempt_gate::classify`), apart from what the policy retries: `health::healthy` is an
+  /// accept, `unhealthy` and `pushback` a refusal. Empty (the default): `default_health`.
+  std::function<health(const std::error_code&)> classify{};
   /// Seed of the rejection draws; unset, one is drawn from entropy.
   std::optional<std::uint64_t> seed{};
 };
@@ -43,8 +48,8 @@ struct adaptive_throttle_options {
 /// and those this throttle rejected itself (a push-back, `on_pushback`, is a refusal: the
 /// default `attempt_gate::on_pushback` calls `on_failure`); and `accepts` counts those the
 /// upstream accepted
-/// (`on_success`: a success, or an error the policy does not retry, which the upstream did
-/// answer). While the upstream accepts everything nothing is rejected; when it refuses
+/// (`on_success`: what its health classification, `adaptive_throttle_options::classify`, calls
+/// healthy: a success, or an answer that blames the request). While the upstream accepts everything nothing is rejected; when it refuses
 /// everything the rejection probability approaches 1, so the client sends a trickle that finds
 /// out when the upstream is back.
 ///
@@ -80,6 +85,8 @@ public:
   void on_failure(std::chrono::nanoseconds now) noexcept override;
   /// Counts nothing.
   void on_abandoned(std::chrono::nanoseconds now) noexcept override;
+  /// `options().classify(ec)` when set, else `default_health(ec)`.
+  health classify(const std::error_code& ec) const override;
   /// `errc::throttled_locally`.
   errc refusal() const noexcept override { return errc::throttled_locally; }
 

@@ -568,7 +568,8 @@ std::shared_ptr<circuit_breaker> read_breaker(const json& v, const std::string& 
   }
   const fields f(v, path, naming::exact,
                  {"preset", "consecutive_failures", "failure_ratio", "minimum_throughput", "window",
-                  "window_buckets", "break_duration", "break_jitter", "half_open_probes", "ramp",
+                  "window_buckets", "window_type", "window_calls", "slow_call_duration",
+                  "slow_call_ratio", "break_duration", "break_jitter", "half_open_probes", "ramp",
                   "retry_interval", "max_in_flight", "seed"});
   circuit_breaker_options o;
   if (const json* p = f.get("preset")) {
@@ -593,6 +594,19 @@ std::shared_ptr<circuit_breaker> read_breaker(const json& v, const std::string& 
   u("minimum_throughput", o.minimum_throughput);
   d("window", o.window);
   u("window_buckets", o.window_buckets);
+  if (const json* t = f.get("window_type")) {
+    const std::string& type = text(*t, f.path("window_type"));
+    if (type == "time_based")
+      o.window_type = sliding_window::time_based;
+    else if (type == "count_based")
+      o.window_type = sliding_window::count_based;
+    else
+      fail(f.path("window_type"),
+           literal(type) + " is not a window type (time_based, count_based)");
+  }
+  u("window_calls", o.window_calls);
+  d("slow_call_duration", o.slow_call_duration);
+  n("slow_call_ratio", o.slow_call_ratio);
   d("break_duration", o.break_duration);
   n("break_jitter", o.break_jitter);
   u("half_open_probes", o.half_open_probes);
@@ -603,8 +617,9 @@ std::shared_ptr<circuit_breaker> read_breaker(const json& v, const std::string& 
     o.seed = whole(*s, f.path("seed"), 0, std::numeric_limits<std::uint64_t>::max());
   return build(f,
                {"consecutive_failures", "failure_ratio", "minimum_throughput", "window",
-                "window_buckets", "break_duration", "break_jitter", "half_open_probes", "ramp",
-                "retry_interval", "max_in_flight"},
+                "window_buckets", "window_calls", "slow_call_duration", "slow_call_ratio",
+                "break_duration", "break_jitter", "half_open_probes", "ramp", "retry_interval",
+                "max_in_flight"},
                [&] { return std::make_shared<circuit_breaker>(o); });
 }
 

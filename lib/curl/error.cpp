@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/request.hpp>
+#include <coretry/error.hpp>
 
 #include <curl/curl.h>
 
@@ -69,6 +70,23 @@ public:
       return curl_easy_strerror(static_cast<CURLcode>(value));
     }
   }
+  // The client's own fault, not the upstream's: the default health classification
+  // (coretry::default_health) does not count it against the upstream.
+  bool equivalent(int value, const std::error_condition& cond) const noexcept override {
+    if (cond == coretry::condition::client_error) {
+      switch (value) {
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+      case CURLE_FILESIZE_EXCEEDED:
+      case CURLE_SSL_CERTPROBLEM:
+      case CURLE_SSL_CACERT_BADFILE:
+        return true;
+      default:
+        return false;
+      }
+    }
+    return std::error_category::equivalent(value, cond);
+  }
 };
 class status_category final : public std::error_category {
 public:
@@ -110,6 +128,18 @@ public:
       break;
     }
     return "HTTP " + std::to_string(value) + reason;
+  }
+  // What a status says of the upstream's health (coretry::default_health): 429 asks the client
+  // to slow down; 408 is a timeout; any other 4xx blames the request; a 5xx is the upstream's
+  // failure (in no condition: unhealthy).
+  bool equivalent(int value, const std::error_condition& cond) const noexcept override {
+    if (cond == coretry::condition::pushback)
+      return value == 429;
+    if (cond == coretry::condition::timed_out)
+      return value == 408;
+    if (cond == coretry::condition::client_error)
+      return value >= 400 && value < 500 && value != 408 && value != 429;
+    return std::error_category::equivalent(value, cond);
   }
 };
 } // namespace

@@ -179,9 +179,9 @@ enum class mode { storm, budget, swarm };
 enum class fault_kind { stop, fail };
 
 /// The failure shapes of the storm (`--shape`): what happens to the server at the fault.
-enum class shape_kind { freeze, brownout, ratelimit, partial, refuse, blackhole };
+enum class shape_kind { freeze, brownout, ratelimit, partial, refuse, blackhole, slowdown };
 inline constexpr std::string_view shape_names =
-    "freeze, brownout, ratelimit, partial, refuse, blackhole";
+    "freeze, brownout, ratelimit, partial, refuse, blackhole, slowdown";
 
 std::optional<shape_kind> shape_of(std::string_view name) {
   if (name == "freeze")
@@ -196,6 +196,8 @@ std::optional<shape_kind> shape_of(std::string_view name) {
     return shape_kind::refuse;
   if (name == "blackhole")
     return shape_kind::blackhole;
+  if (name == "slowdown")
+    return shape_kind::slowdown;
   return std::nullopt;
 }
 
@@ -205,6 +207,8 @@ double default_fault_s(shape_kind k) {
   case shape_kind::brownout:
   case shape_kind::partial:
     return 60;
+  case shape_kind::slowdown:
+    return 30;
   case shape_kind::ratelimit:
     return 30;
   default:
@@ -224,6 +228,7 @@ struct options {
   shape_kind shape = shape_kind::freeze;
   std::string shape_name = "freeze";
   double brownout_factor = 2;   ///< brownout: every server delay times this.
+  double slowdown_factor = 10;  ///< slowdown: every server delay times this.
   double ratelimit_share = 0.8; ///< ratelimit: the share answered 429.
   int retry_after_s = 1;        ///< ratelimit: Retry-After, model seconds.
   double partial_share = 0.3;   ///< partial: the share answered 503.
@@ -275,8 +280,10 @@ void usage(std::FILE* out) {
       "                        ratelimit (429 + Retry-After: 1 to 80 %%), partial (503 to 30 %%),\n"
       "                        refuse (listener closed: RST), blackhole (packets dropped; root:\n"
       "                        a network namespace of its own); default lengths 10, 60, 30, 60,\n"
-      "                        10, 10 s (--outage-s overrides)\n"
+      "                        10, 10 s (--outage-s overrides); slowdown (every delay x10,\n"
+      "                        --slowdown-factor; 30 s)\n"
       "  --brownout-factor F   brownout: every delay times F (default 2: half the capacity)\n"
+      "  --slowdown-factor F   slowdown: every delay times F (default 10)\n"
       "  --ramp-s S            wait: the breaker's ramp after closing, default 5\n"
       "  --wait-interval-s S   wait: how often a refused waiter asks again, default 0.2\n"
       "  --max-in-flight N     every breaker's in-flight limit, default 50 (0: none)\n"
@@ -326,6 +333,7 @@ options parse(int argc, char** argv, int first, mode what) {
               {"shape", true},
               {"processes", true},
               {"brownout-factor", true},
+              {"slowdown-factor", true},
               {"ramp-s", true},
               {"wait-interval-s", true},
               {"max-in-flight", true},
@@ -417,6 +425,8 @@ options parse(int argc, char** argv, int first, mode what) {
       o.swarm.waiting.throttle_window_s = cli::number(a, v, 0.001);
     else if (a == "brownout-factor")
       o.brownout_factor = cli::number(a, v, 1);
+    else if (a == "slowdown-factor")
+      o.slowdown_factor = cli::number(a, v, 1);
     else if (a == "processes")
       o.processes = static_cast<unsigned>(cli::whole(a, v, 1, 64));
     else if (a == "metrics-port")
@@ -685,6 +695,10 @@ void apply_fault(const options& o, const server_process& server, bool on) {
     std::snprintf(buf, sizeof buf, "slow %g", o.brownout_factor);
     command(on ? buf : "healthy");
     break;
+  case shape_kind::slowdown:
+    std::snprintf(buf, sizeof buf, "slow %g", o.slowdown_factor);
+    command(on ? buf : "healthy");
+    break;
   case shape_kind::ratelimit:
     std::snprintf(buf, sizeof buf, "fail %g 429 %d", o.ratelimit_share, o.retry_after_s);
     command(on ? buf : "healthy");
@@ -705,7 +719,8 @@ void apply_fault(const options& o, const server_process& server, bool on) {
   }
   }
   const char* what[] = {"stopped (SIGSTOP)",    "in a brownout",        "rate limiting (429)",
-                        "failing partly (503)", "refusing connections", "in a black hole"};
+                        "failing partly (503)", "refusing connections", "in a black hole",
+                        "slowed down"};
   if (on)
     std::printf("-- server %s\n", o.fault == fault_kind::fail ? "failing (SIGUSR1)"
                                                               : what[static_cast<int>(o.shape)]);

@@ -45,7 +45,8 @@ std::chrono::nanoseconds scaled(std::chrono::nanoseconds d, double time_scale) {
 
 bool uses_default_backoff(std::string_view name) {
   return name == "full" || name == "safe" || name == "breaker" || name == "budget" ||
-         name == "adaptive" || name == "wait" || name == "wait-budget" || name == "sre";
+         name == "adaptive" || name == "wait" || name == "wait-budget" || name == "sre" ||
+         name == "slowcall";
 }
 
 } // namespace
@@ -162,6 +163,19 @@ shared_controls strategy_controls(std::string_view name, double time_scale, wait
     });
     return c;
   }
+  if (name == "slowcall") {
+    // `safe` with a breaker that also opens on slow calls (resilience4j's slowCallRateThreshold):
+    // when half of the last 100 answers took over 500 ms (five times the model's usual 100 ms),
+    // with at least 20 of them, it opens as on failures.
+    c = recommended_controls(time_scale, w);
+    auto o = dynamic_cast<const coretry::circuit_breaker&>(*c.breaker).options();
+    o.window_type = coretry::sliding_window::count_based;
+    o.window_calls = 100;
+    o.slow_call_duration = scaled(500ms, time_scale);
+    o.slow_call_ratio = 0.5;
+    c.breaker = std::make_shared<coretry::circuit_breaker>(o);
+    return c;
+  }
   if (name == "safe" || name == "adaptive")
     c = recommended_controls(time_scale, w);
   else if (name == "breaker")
@@ -188,6 +202,15 @@ class http_status_category_impl final : public std::error_category {
 public:
   const char* name() const noexcept override { return "http"; }
   std::string message(int status) const override { return "HTTP " + std::to_string(status); }
+  // What a status says of the server's health, for the breaker (coretry::default_health): 429
+  // is a push-back, another 4xx the request's own fault; a 5xx is in neither (a failure).
+  bool equivalent(int status, const std::error_condition& c) const noexcept override {
+    if (c == coretry::condition::pushback)
+      return status == 429;
+    if (c == coretry::condition::client_error)
+      return status >= 400 && status < 500 && status != 408 && status != 429;
+    return std::error_category::equivalent(status, c);
+  }
 };
 
 } // namespace

@@ -48,7 +48,7 @@ std::optional<coretry::backoff> strategy_backoff(std::string_view name, double t
 /// The names above, for usage messages.
 inline constexpr std::string_view strategy_names =
     "fixed, exponential, full, equal, decorrelated, normal, safe (recommended), breaker, budget, "
-    "adaptive, wait, wait-budget, sre";
+    "adaptive, wait, wait-budget, sre, slowcall";
 
 /// The overload controls one strategy shares between all the clients of a swarm (all of them
 /// call one upstream). Empty for the backoff-only strategies.

@@ -126,6 +126,10 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
           co_return std::tuple{std::error_code(ec), response{}};
         }
         st->last_status = r.status;
+        // The status, for the breaker's health classification: a rejected response reaches the
+        // loop as `result_rejected`, which says neither 503 nor 404.
+        if (r.status >= 400)
+          ctx.health_code(make_http_status_error(r.status));
         if (coretry::http::honours_retry_after(r.status, st->rules))
           if (auto value = r.header("Retry-After"))
             if (auto hint = parse_retry_after(*value))
@@ -350,7 +354,10 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 ///   `coretry::errc::circuit_open`) whether or not an attempt ran before; its
 ///   `last_response()` holds the last retryable response, if any. A 429, and any answer with a
 ///   valid `Retry-After`, is a push-back (`retry_policy::pushback_if`): retried, but no failure
-///   for the breaker.
+///   for the breaker. The breaker hears the status of every response of 400 or more
+///   (`attempt_context::health_code`), whatever is retried: by the default classification
+///   (`default_health`) an HTTP 5xx and a 408 are failures, a 429 a push-back, any other 4xx
+///   healthy.
 ///
 /// \returns the response. \throws std::invalid_argument at the call when `req.validate()` or
 /// `policy.validate()` does (or, with a registry, when the URL has no origin: `origin_of` is

@@ -63,6 +63,7 @@ template <class T> struct hedge_outcome {
   int http_status = 0; ///< what the attempt told its context, for the observer
   std::string_view http_method{};
   nanoseconds retry_after{}; ///< the server's hint: it makes a failure a push-back
+  std::error_code health_code{}; ///< `attempt_context::health_code`, for the breaker
 };
 
 /// `to = std::move(from)` for a value that may be move-constructible only.
@@ -193,7 +194,7 @@ public:
     std::exception_ptr thrown;
     const attempt_class verdict_of =
         sched_->classify(out.error, sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline,
-                         abandoned || out.exception, thrown, out.retry_after);
+                         abandoned || out.exception, thrown, out.retry_after, out.health_code);
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
@@ -446,6 +447,7 @@ private:
     out.http_status = ctx.http_status();
     out.http_method = ctx.http_method();
     out.retry_after = ctx.retry_after();
+    out.health_code = ctx.health_code();
     // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
     // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
     co_await asio::this_coro::throw_if_cancelled(false);

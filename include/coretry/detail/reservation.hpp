@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 namespace coretry::detail {
@@ -42,9 +43,27 @@ struct attempt_class {
   attempt_kind kind = attempt_kind::success;
   bool throttled = false; ///< the sending rate hears `on_throttle` rather than `on_success`
   /// A failure by which the upstream asked the client to slow down (`retry_policy::pushback_if`,
-  /// or a `Retry-After` hint): retried as a failure, but the breaker hears `on_pushback`.
+  /// or a `Retry-After` hint).
   bool pushback = false;
+  /// What the breaker hears: its own classification (`attempt_gate::classify`), apart from
+  /// `kind`, which is the policy's (`retry_if`). Unset: derived from `kind` and `pushback`
+  /// (`gate_health_of`).
+  std::optional<health> gate = std::nullopt;
 };
+
+/// The gate's health for a verdict without its own: what the loop said before gates classified.
+constexpr health gate_health_of(attempt_kind k, bool pushback) noexcept {
+  switch (k) {
+  case attempt_kind::success:
+  case attempt_kind::neutral:
+    return health::healthy;
+  case attempt_kind::failure:
+    return pushback ? health::pushback : health::unhealthy;
+  case attempt_kind::abandoned:
+    break;
+  }
+  return health::ignored;
+}
 
 /// A breaker's grant: the attempt it let through, until its outcome is reported. Destroyed
 /// unreported, it reports `on_abandoned`, so that a half-open probe slot is never lost.
@@ -68,32 +87,21 @@ public:
 
   explicit operator bool() const noexcept { return gate_ != nullptr; }
 
-  /// Reports how the attempt went: exactly one of the gate's four outcomes (`pushback` turns a
-  /// failure into `on_pushback`).
-  void report(attempt_kind k, nanoseconds now, bool pushback = false) noexcept {
-    attempt_gate* g = std::exchange(gate_, nullptr);
-    if (!g)
-      return;
-    switch (k) {
-    case attempt_kind::success:
-    case attempt_kind::neutral:
-      g->on_success(now);
-      break;
-    case attempt_kind::failure:
-      if (pushback)
-        g->on_pushback(now);
-      else
-        g->on_failure(now);
-      break;
-    case attempt_kind::abandoned:
-      g->on_abandoned(now);
-      break;
-    }
+  /// Reports how the attempt went, once: `attempt_gate::on_outcome(h, now, now - granted)`.
+  void report(health h, nanoseconds now) noexcept {
+    if (attempt_gate* g = std::exchange(gate_, nullptr))
+      g->on_outcome(h, now, now > at_ ? now - at_ : nanoseconds::zero());
   }
+  /// As above, for a verdict without the gate's own health (`gate_health_of`).
+  void report(attempt_kind k, nanoseconds now, bool pushback = false) noexcept {
+    report(gate_health_of(k, pushback), now);
+  }
+  /// The gate this grant reports to (null once reported, or for an empty grant).
+  attempt_gate* gate() const noexcept { return gate_; }
   /// The attempt was never sent, or its outcome is lost.
   void abandoned() noexcept {
     if (gate_)
-      report(attempt_kind::abandoned, now_ ? now_() : at_);
+      report(health::ignored, now_ ? now_() : at_);
   }
 
 private:

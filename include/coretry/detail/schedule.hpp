@@ -196,28 +196,36 @@ public:
   /// The one verdict on an attempt that was sent: `ec` empty on success; `cut` when the deadline
   /// or the attempt timer cut it (a failure and a throttle, whatever `retry_if` says);
   /// `abandoned` when the caller cancelled it or its outcome is lost; `hint` the attempt's
-  /// `attempt_context::retry_after`. A retryable failure is a push-back (`attempt_class::pushback`)
-  /// when it carries a hint or `pushback_if` says so. A predicate that throws makes the attempt
+  /// `attempt_context::retry_after`; `health_code` its `attempt_context::health_code`. A
+  /// retryable failure is a push-back (`attempt_class::pushback`) when it carries a hint or
+  /// `pushback_if` says so. With a breaker, the breaker's own classification
+  /// (`attempt_gate::classify`) of `health_code`, or of `ec` when it is empty, is
+  /// `attempt_class::gate`, whatever `retry_if` says; an `unhealthy` one with a hint or
+  /// `pushback_if` is a push-back. A predicate (or classifier) that throws makes the attempt
   /// abandoned and its exception is stored in `thrown`.
   attempt_class classify(const std::error_code& ec, bool cut, bool abandoned,
-                         std::exception_ptr& thrown,
-                         nanoseconds hint = nanoseconds::zero()) const noexcept {
+                         std::exception_ptr& thrown, nanoseconds hint = nanoseconds::zero(),
+                         const std::error_code& health_code = {}) const noexcept {
     if (abandoned)
-      return {attempt_kind::abandoned, false};
-    if (cut)
-      return {attempt_kind::failure, true};
-    if (!ec)
-      return {attempt_kind::success, false};
+      return {attempt_kind::abandoned, false, false, health::ignored};
     try {
-      const bool failure = retryable(ec); // user predicates: they may throw
-      const bool throttled =
-          p_.rate_limit && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec));
-      const bool pushback =
-          failure && (hint > nanoseconds::zero() || (p_.pushback_if && p_.pushback_if(ec)));
-      return {failure ? attempt_kind::failure : attempt_kind::neutral, throttled, pushback};
+      attempt_class c;
+      if (cut) {
+        c = {attempt_kind::failure, true};
+      } else if (ec) {
+        const bool failure = retryable(ec); // user predicates: they may throw
+        const bool throttled =
+            p_.rate_limit && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec));
+        const bool pushback =
+            failure && (hint > nanoseconds::zero() || (p_.pushback_if && p_.pushback_if(ec)));
+        c = {failure ? attempt_kind::failure : attempt_kind::neutral, throttled, pushback};
+      }
+      if (p_.breaker)
+        c.gate = gate_health(ec, cut, hint, health_code);
+      return c;
     } catch (...) {
       thrown = std::current_exception();
-      return {attempt_kind::abandoned, false};
+      return {attempt_kind::abandoned, false, false, health::ignored};
     }
   }
 
@@ -225,7 +233,7 @@ public:
   /// rate (nothing for an abandoned attempt), the budget (a success, or a failed attempt of any
   /// kind; nothing for an abandoned one).
   void report(const attempt_class& c, gate_grant& grant, nanoseconds now) const noexcept {
-    grant.report(c.kind, now, c.pushback);
+    grant.report(c.gate ? *c.gate : gate_health_of(c.kind, c.pushback), now);
     if (p_.rate_limit && c.kind != attempt_kind::abandoned) {
       if (c.throttled)
         p_.rate_limit->on_throttle(now);
@@ -311,6 +319,19 @@ public:
   }
 
 private:
+  /// The breaker's classification of an attempt that was sent (see `classify`). May throw.
+  health gate_health(const std::error_code& ec, bool cut, nanoseconds hint,
+                     const std::error_code& health_code) const {
+    std::error_code code = health_code ? health_code : ec;
+    if (cut) // what the attempt said is moot: a timer cut it
+      code = ec == condition::timed_out ? ec : std::error_code(errc::attempt_timeout);
+    const health h = p_.breaker->classify(code);
+    if (h == health::unhealthy && !cut &&
+        (hint > nanoseconds::zero() || (ec && p_.pushback_if && p_.pushback_if(ec))))
+      return health::pushback;
+    return h;
+  }
+
   /// How long a retry the budget refused at `now` waits before asking again: the budget's
   /// `retry_after` times a uniform draw in [1, 1.5), so that the waiters of one window do not
   /// all ask at its edge; zero when the budget cannot say or the wait would reach the deadline.
