@@ -282,6 +282,47 @@ TEST_CASE("a refused connection is retried until the attempts run out, and repor
   CHECK(out.events.size() == 2);
 }
 
+TEST_CASE("a server closing without a reply, or cutting the body short, is retried") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::close());
+  server.push(http_action::truncated("half"));
+  server.push(http_action::ok("whole"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(4));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "whole");
+  CHECK(out.stats.attempts == 3);
+  REQUIRE(out.events.size() == 2);
+  CHECK(out.events[0].error ==
+        std::error_code(boost::system::error_code(http::error::end_of_stream)));
+  CHECK(out.events[1].error ==
+        std::error_code(boost::system::error_code(http::error::partial_message)));
+}
+
+TEST_CASE("the rules' read_retries ends the retries with the read failure past it") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::close(), 2);
+  server.push(http_action::ok("never"));
+  coretry::http::retry_rules rules;
+  rules.read_retries = 1;
+  auto out =
+      retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(4), rules);
+  CHECK(out.ec == std::error_code(boost::system::error_code(http::error::end_of_stream)));
+  CHECK(out.stats.attempts == 2);
+}
+
+TEST_CASE("a malformed response is final") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::raw("SPDY/1 200 OK\r\nContent-Length: 0\r\n\r\n"));
+  server.push(http_action::ok("never"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(4));
+  CHECK(out.ec);
+  CHECK(out.stats.attempts == 1);
+  CHECK(server.requests() == 1);
+}
+
 TEST_CASE("a status outside the rules' status_forcelist is returned at once") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
