@@ -298,6 +298,9 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
                                   const std::shared_ptr<retry_state<RequestBody, Fields>>& st) {
   if (!coretry::http::may_retry(st->method, st->req.count("Idempotency-Key") != 0, st->rules))
     p.max_attempts = 1;
+  // As coretry::curl labels its operations: the origin, never the target (it may hold secrets).
+  if (p.observer && p.label.empty())
+    p.label = "http://" + st->where.host + ":" + st->where.service;
   if (!p.retry_if)
     p.retry_if = [st](const std::error_code& ec) {
       return transport_failure(ec, st->rules) && st->within_limits;
@@ -358,7 +361,8 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 ///   replaces that. When the attempts run out on such a status, that response is returned;
 /// - a `Retry-After` on a status of `rules.retry_after_status_codes` (429, 503) is the least wait
 ///   before the next attempt (`attempt_context::retry_after`: `policy.max_retry_after` and the
-///   deadline bound it); 429 is a push-back for a breaker, 429 and 503 slow an adaptive rate.
+///   deadline bound it); 429 is a push-back for a breaker, 429 and 503 slow an adaptive rate;
+/// - with an observer and no `policy.label`, the operation is labelled `http://host:service`.
 ///
 /// \returns the accepted response, or the last one when the policy gave up on statuses.
 /// \throws std::invalid_argument at the call for an invalid policy or `rules`, or an empty host

@@ -323,6 +323,35 @@ TEST_CASE("a malformed response is final") {
   CHECK(server.requests() == 1);
 }
 
+namespace {
+struct attempt_log : coretry::retry_observer {
+  std::vector<std::string> labels;
+  std::vector<std::string> methods;
+  std::vector<int> statuses;
+  void on_attempt_finished(const coretry::attempt_finished_event& e) override {
+    labels.emplace_back(e.label);
+    methods.emplace_back(e.http_method);
+    statuses.push_back(e.http_status);
+  }
+};
+} // namespace
+
+TEST_CASE("an observer sees each attempt's method and status, labelled with the origin") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(503, "busy"));
+  server.push(http_action::ok("fine"));
+  auto log = std::make_shared<attempt_log>();
+  auto policy = quick_policy(3);
+  policy.observer = log;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  REQUIRE_FALSE(out.ec);
+  const std::string origin = "http://127.0.0.1:" + std::to_string(server.port());
+  CHECK(log->labels == std::vector<std::string>{origin, origin});
+  CHECK(log->methods == std::vector<std::string>{"GET", "GET"});
+  CHECK(log->statuses == std::vector<int>{503, 200});
+}
+
 TEST_CASE("a status outside the rules' status_forcelist is returned at once") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
