@@ -26,6 +26,7 @@
 #include <string>
 #include <system_error>
 #include <tuple>
+#include <typeinfo>
 #include <utility>
 
 #include <boost/asio/compose.hpp>
@@ -235,19 +236,14 @@ template <class RequestBody, class Fields> struct retry_state {
   std::string method; ///< for `attempt_context::http`, which keeps a view
   coretry::http::failure_counts counts{};
   unsigned last_status = 0; ///< the last attempt's status, 0 after a transport error
-  /// Whether the last attempt's kind of failure is still within its limit in `rules`. Counted
-  /// once per attempt, where it completes: the loop may ask its predicates more than once.
-  bool within_limits = true;
 
-  /// Counts the outcome of an attempt that completed (one cut by the attempt timer or cancelled
-  /// completes with `operation_aborted` and is not counted: the loop decides on it alone).
+  /// Counts the transport failure of an attempt that completed, once, where it completes (the
+  /// loop may ask its predicates more than once). An attempt cut by the attempt timer or
+  /// cancelled completes with `operation_aborted` and is not counted: the loop decides on it.
   void record(const ::boost::system::error_code& ec) {
-    std::optional<coretry::http::failure_kind> kind;
     if (ec)
-      kind = transport_failure(ec, rules);
-    else if (coretry::http::is_retryable_status(last_status, rules))
-      kind = coretry::http::failure_kind::status;
-    within_limits = !kind || counts.record(*kind, rules);
+      if (auto kind = transport_failure(ec, rules))
+        counts.record(*kind, rules);
   }
 };
 
@@ -292,7 +288,8 @@ template <class ResponseBody, class RequestBody, class Fields> struct http_attem
 /// `coretry::curl::retry` does it. A request that may not be sent twice gets one attempt;
 /// transport errors go through `transport_failure` unless the policy has its own `retry_if`;
 /// responses through the status rules unless it has its own `retry_if_result` on the response
-/// type; 429 is a push-back and 429 and 503 slow an adaptive sending rate.
+/// type; the rules' per-kind limits hold either way; 429 is a push-back and 429 and 503 slow an
+/// adaptive sending rate.
 template <class ResponseBody, class RequestBody, class Fields>
 coretry::retry_policy make_policy(coretry::retry_policy p,
                                   const std::shared_ptr<retry_state<RequestBody, Fields>>& st) {
@@ -301,10 +298,14 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
   // As coretry::curl labels its operations: the origin, never the target (it may hold secrets).
   if (p.observer && p.label.empty())
     p.label = "http://" + st->where.host + ":" + st->where.service;
-  if (!p.retry_if)
-    p.retry_if = [st](const std::error_code& ec) {
-      return transport_failure(ec, st->rules) && st->within_limits;
-    };
+  // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
+  // is final, whatever decides the rest.
+  p.retry_if = [user = std::move(p.retry_if), st](const std::error_code& ec) {
+    const auto kind = transport_failure(ec, st->rules);
+    if (kind && st->counts.exhausted(*kind, st->rules))
+      return false;
+    return user ? user(ec) : kind.has_value();
+  };
   p.throttle_if = [user = std::move(p.throttle_if), st](const std::error_code& ec) {
     if (ec == coretry::errc::result_rejected)
       return coretry::http::slows_sending_rate(st->last_status);
@@ -315,11 +316,22 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
       return true;
     return user && user(ec);
   };
+  using response_type = http::response<ResponseBody>;
   if (!p.result_filter)
-    p = std::move(p).template retry_if_result<http::response<ResponseBody>>(
-        [st](const http::response<ResponseBody>& r) {
-          return coretry::http::is_retryable_status(r.result_int(), st->rules) && st->within_limits;
-        });
+    p = std::move(p).template retry_if_result<response_type>([st](const response_type& r) {
+      return coretry::http::is_retryable_status(r.result_int(), st->rules);
+    });
+  // A retryable status past `retry_rules::status_retries` is a final answer, as one outside the
+  // list is, whichever filter rejected it. The filter runs once per response: each rejection
+  // counts once. (A filter on another type is refused at the call by the loop.)
+  if (*p.result_filter->type == typeid(response_type)) {
+    p.result_filter =
+        std::make_shared<const coretry::detail::result_predicate>(coretry::detail::result_predicate{
+            p.result_filter->type, [filter = p.result_filter, st](const void* v) {
+              return filter->call(v) &&
+                     st->counts.record(coretry::http::failure_kind::status, st->rules);
+            }});
+  }
   return p;
 }
 
@@ -355,10 +367,12 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 /// - transport errors are retried as `rules` says (refused and unreachable connections; resets,
 ///   a server closing without a reply, a response cut short and attempts cut by
 ///   `policy.attempt_timeout`; names that do not resolve only with `retry_dns_failures`), within
-///   `rules.connect_retries` and `rules.read_retries`; a `policy.retry_if` replaces that;
+///   `rules.connect_retries` and `rules.read_retries`; a `policy.retry_if` replaces which
+///   errors are retried, and the limits still hold;
 /// - responses with a status of `rules.status_forcelist` are retried, within
 ///   `rules.status_retries`; a `policy.retry_if_result` on `http::response<ResponseBody>`
-///   replaces that. When the attempts run out on such a status, that response is returned;
+///   replaces which are retried, and the limit still holds. When the attempts run out on such a
+///   status, that response is returned;
 /// - a `Retry-After` on a status of `rules.retry_after_status_codes` (429, 503) is the least wait
 ///   before the next attempt (`attempt_context::retry_after`: `policy.max_retry_after` and the
 ///   deadline bound it); 429 is a push-back for a breaker, 429 and 503 slow an adaptive rate;

@@ -408,6 +408,22 @@ TEST_CASE("the rules' status_retries ends the retries with the status past it") 
   CHECK(out.stats.attempts == 2);
 }
 
+TEST_CASE("a policy's own response filter replaces the status rule, and status_retries holds") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(404, "not yet"));
+  server.push(http_action::with_status(404, "still not"));
+  server.push(http_action::ok("there"));
+  coretry::http::retry_rules rules;
+  rules.status_retries = 1;
+  auto policy = quick_policy(5).retry_if_result<http::response<http::string_body>>(
+      [](const http::response<http::string_body>& r) { return r.result_int() == 404; });
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, rules);
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "still not");
+  CHECK(out.stats.attempts == 2);
+}
+
 TEST_CASE("a Retry-After on a status the rules do not honour it for is no hint") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
