@@ -18,7 +18,7 @@ coretry_install_packages() {
 # pkg-config: the package consumer test; doxygen: the API reference (docs/Doxyfile).
 # nginx-light and openssl: the nginx integration tests; clang-14, clang (for clang++) and
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes): the fuzz targets, built and run by .ci/fuzz.
-# libboost1.81-dev: the Boost.Asio flavour (the tsan build).
+# libboost1.81-dev: the Boost.Asio flavour (the tsan build) and Boost.Beast (beast.nginx).
 # prometheus-cpp-dev: coretry::prometheus, its scrape test and samples/metrics_service.
 # nlohmann-json3-dev: coretry::config, its tests, samples/config_policies and its fuzz target.
 CORETRY_PACKAGES=(cmake make g++ pkg-config doxygen libasio-dev libcurl4-openssl-dev doctest-dev gnuplot-nox

@@ -19,12 +19,18 @@ Each block becomes one translation unit, wrapped only in what a reader adds to a
                           wrapping function (e.g. `given asio::any_io_executor ex`);
      declare <decl>       a file-scope declaration the prose describes (e.g. a helper function);
      literals             `using namespace std::chrono_literals;` in the wrapping function;
-     file                 the block is at file scope.
+     file                 the block is at file scope;
+     boost                the block needs coretry built with Boost.Asio (<coretry/beast.hpp>):
+                          it is compiled with the --boost-flag flags instead of the --flag ones
+                          (CMake passes an include directory whose <coretry/detail/
+                          asio_config.hpp> chooses Boost.Asio), or skipped with --skip-boost;
+                          `asio` names `boost::asio` in its unit.
    Example: <!-- docs-test: include <coretry/presets.hpp>; given coretry::curl::request req -->
 5. A block opts out only with a visible first line `// not compiled: <reason>`.
 
 Units are checked with `-fsyntax-only` (templates are instantiated, nothing is linked).
-Usage: compile_blocks.py --cxx g++ --source-dir DIR [--flag=-I...]... [--jobs N]
+Usage: compile_blocks.py --cxx g++ --source-dir DIR [--flag=-I...]... [--boost-flag=-I...]...
+       [--skip-boost] [--jobs N]
 """
 import argparse
 import concurrent.futures
@@ -58,7 +64,7 @@ def blocks(path):
 
 def unit(path, line, hint, body):
     includes, given, declare = [], [], []
-    literals = at_file = False
+    literals = at_file = boost = False
     for d in filter(None, (d.strip() for d in hint.split(";"))):
         word, _, rest = d.partition(" ")
         if word == "include":
@@ -71,13 +77,17 @@ def unit(path, line, hint, body):
             literals = True
         elif word == "file":
             at_file = True
+        elif word == "boost":
+            boost = True
         else:
             raise SystemExit(f"{path}:{line}: unknown docs-test directive '{d}'")
     own = [l for l in body if l.lstrip().startswith("#include")]
     rest = [l for l in body if not l.lstrip().startswith("#include")]
     text = "\n".join(rest)
     at_file = at_file or re.search(r"\bint main\s*\(|^TEST_CASE\(", text, re.M) is not None
-    out = [f"// {path}:{line}"] + PRELUDE + includes + own + declare
+    # A boost block's wrapper spells asio:: as the others' do: Boost's, once its headers are in.
+    alias = ["namespace asio = boost::asio;"] if boost else []
+    out = [f"// {path}:{line}"] + PRELUDE + includes + own + alias + declare
     if at_file:
         out += [f'#line {line + 1} "{path}"'] + rest
     else:
@@ -86,7 +96,7 @@ def unit(path, line, hint, body):
         if literals:
             out.append("  using namespace std::chrono_literals;")
         out += [f'#line {line + 1} "{path}"'] + rest + ["}"]
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n", boost
 
 
 def main():
@@ -94,6 +104,9 @@ def main():
     ap.add_argument("--cxx", default="g++")
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--flag", action="append", default=[])
+    ap.add_argument("--boost-flag", action="append", default=[])
+    ap.add_argument("--skip-boost", action="store_true",
+                    help="skip the blocks marked boost (no Boost.Asio here)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--keep", help="write the units here and keep them")
     a = ap.parse_args()
@@ -107,14 +120,21 @@ def main():
             if body and SKIP.match(body[0]):
                 skipped.append(f"{path}:{line}: {body[0].strip()}")
                 continue
+            text, boost = unit(path, line, hint, body)
+            if boost and a.skip_boost:
+                skipped.append(f"{path}:{line}: needs Boost.Asio (--skip-boost)")
+                continue
+            if boost and not a.boost_flag:
+                raise SystemExit(f"{path}:{line}: a boost block, and neither --boost-flag "
+                                 "nor --skip-boost was given")
             name = os.path.join(work, f"{path.replace('/', '_')}_{line}.cpp")
             with open(name, "w", encoding="utf-8") as f:
-                f.write(unit(path, line, hint, body))
-            jobs.append((f"{path}:{line}", name))
+                f.write(text)
+            jobs.append((f"{path}:{line}", name, a.boost_flag if boost else a.flag))
 
     def compile_one(job):
-        where, name = job
-        cmd = [a.cxx, "-std=c++20", "-fsyntax-only", *a.flag, name]
+        where, name, flags = job
+        cmd = [a.cxx, "-std=c++20", "-fsyntax-only", *flags, name]
         r = subprocess.run(cmd, capture_output=True, text=True)
         return where, name, r.returncode, r.stderr
 

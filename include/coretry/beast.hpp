@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// \file
+/// Retrying a Boost.Beast HTTP/1.1 request with coretry: `coretry::beast::async_exchange` (one
+/// attempt: resolve, connect, write, read on a connection of its own) and `coretry::beast::retry`
+/// (the retry loop around it, with the HTTP rules of `<coretry/http.hpp>`: status, `Retry-After`,
+/// idempotency). Header-only; only with coretry built against Boost.Asio (`-DCORETRY_ASIO=boost`),
+/// the Asio Beast is written for. docs/beast.md has the walk-through.
+
+#include <coretry/detail/asio.hpp>
+
+#if !CORETRY_ASIO_BOOST
+#error                                                                                             \
+    "<coretry/beast.hpp> needs coretry built with Boost.Asio (-DCORETRY_ASIO=boost): Boost.Beast runs on Boost.Asio only"
+#endif
+
+#include <coretry/attempt.hpp>
+#include <coretry/http.hpp>
+#include <coretry/policy.hpp>
+#include <coretry/retry.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <typeinfo>
+#include <utility>
+
+#include <boost/asio/compose.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace coretry::beast {
+
+/// Boost.Beast's HTTP namespace, `boost::beast::http`.
+namespace http = ::boost::beast::http;
+
+/// Where a request goes: a host name or address and a port number or service name, both as
+/// `asio::ip::tcp::resolver::async_resolve` takes them. Resolved again for every attempt, so an
+/// attempt after a failure may reach another address of the same name.
+struct endpoint {
+  std::string host;           ///< "example.com", "127.0.0.1", "::1"
+  std::string service = "80"; ///< "8080", "http"
+};
+
+namespace detail {
+
+/// What one exchange owns, at a stable address: Beast's reads and writes keep references to the
+/// buffer and the message while they run.
+template <class ResponseBody> struct exchange_state {
+  explicit exchange_state(const asio::any_io_executor& ex) : resolver(ex), stream(ex) {}
+
+  asio::ip::tcp::resolver resolver;
+  ::boost::beast::tcp_stream stream;
+  ::boost::beast::flat_buffer buffer;
+  http::response<ResponseBody> response;
+};
+
+/// Installed in the exchange's cancellation slot while one of its steps is pending: cancels the
+/// resolver and closes the socket, so the pending step completes with `operation_aborted`
+/// whichever it is. (Asio's resolver installs nothing in a slot of its own, and a closed socket
+/// leaves no half-read response behind to be mistaken for the next one.)
+template <class ResponseBody> struct close_on_cancel {
+  exchange_state<ResponseBody>* st;
+  void operator()(asio::cancellation_type_t) const {
+    st->resolver.cancel();
+    ::boost::system::error_code ignored;
+    st->stream.socket().close(ignored);
+  }
+};
+
+/// The exchange's state machine (for `asio::async_compose`): one completion per step, told apart
+/// by its arguments (resolve: results; connect: the endpoint; write and read: a byte count).
+template <class RequestBody, class Fields, class ResponseBody> class exchange_op {
+public:
+  using request_type = http::request<RequestBody, Fields>;
+  using response_type = http::response<ResponseBody>;
+
+  exchange_op(const asio::any_io_executor& ex, const endpoint& where, const request_type& req)
+      : st_(std::make_unique<exchange_state<ResponseBody>>(ex)), where_(&where), req_(&req) {}
+
+  template <class Self> void operator()(Self& self) {
+    auto& st = *st_;
+    arm(self);
+    st.resolver.async_resolve(where_->host, where_->service, unbound(std::move(self)));
+  }
+
+  template <class Self>
+  void operator()(Self& self, ::boost::system::error_code ec,
+                  asio::ip::tcp::resolver::results_type results) {
+    if (stopped(self, ec))
+      return;
+    auto& st = *st_;
+    arm(self);
+    st.stream.async_connect(results, unbound(std::move(self)));
+  }
+
+  template <class Self>
+  void operator()(Self& self, ::boost::system::error_code ec, asio::ip::tcp::endpoint) {
+    if (stopped(self, ec))
+      return;
+    auto& st = *st_;
+    writing_ = true;
+    arm(self);
+    http::async_write(st.stream, *req_, unbound(std::move(self)));
+  }
+
+  template <class Self> void operator()(Self& self, ::boost::system::error_code ec, std::size_t) {
+    if (stopped(self, ec))
+      return;
+    auto& st = *st_;
+    if (writing_) {
+      writing_ = false;
+      arm(self);
+      http::async_read(st.stream, st.buffer, st.response, unbound(std::move(self)));
+      return;
+    }
+    finish(self, {});
+  }
+
+private:
+  // The slot is the composed operation's own (Asio clears it on every step): refilled before each
+  // step starts, and the step itself gets no slot, so nothing replaces the handler.
+  template <class Self> void arm(Self& self) {
+    auto slot = self.get_cancellation_state().slot();
+    if (slot.is_connected())
+      slot.template emplace<close_on_cancel<ResponseBody>>(
+          close_on_cancel<ResponseBody>{st_.get()});
+  }
+
+  template <class Self> static auto unbound(Self&& self) {
+    return asio::bind_cancellation_slot(asio::cancellation_slot(), std::forward<Self>(self));
+  }
+
+  // A step that failed, or any step after a cancellation (a step may have completed before the
+  // socket was closed), ends the exchange.
+  template <class Self> bool stopped(Self& self, ::boost::system::error_code ec) {
+    if (self.get_cancellation_state().cancelled() != asio::cancellation_type::none)
+      ec = asio::error::operation_aborted;
+    if (!ec)
+      return false;
+    finish(self, ec);
+    return true;
+  }
+
+  // Nothing is pending here: the connection is released before the handler runs, so the next
+  // attempt it may start never overlaps this one's socket.
+  template <class Self> void finish(Self& self, ::boost::system::error_code ec) {
+    response_type res = ec ? response_type{} : std::move(st_->response);
+    ::boost::system::error_code ignored;
+    st_->stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    st_.reset();
+    self.complete(ec, std::move(res));
+  }
+
+  std::unique_ptr<exchange_state<ResponseBody>> st_;
+  const endpoint* where_;
+  const request_type* req_;
+  bool writing_ = false;
+};
+
+} // namespace detail
+
+/// Sends `req` to `where` and reads the response: resolves `where`, connects to the first address
+/// that accepts, writes the request and reads one response, on a connection of its own that is
+/// closed before the handler runs. One exchange is one coretry attempt (see `retry`).
+///
+/// `where` and `req` must stay valid until the handler is called. The response is read with
+/// Beast's default parser limits (8 MiB of body). No timeout of its own: a retry loop times
+/// the attempt (`retry_policy::attempt_timeout`) through the cancellation slot.
+///
+/// @par Completion Signature
+/// `void(boost::system::error_code, http::response<ResponseBody>)`: resolver, socket and Beast
+/// errors as Beast reports them (`http::error::end_of_stream` when the server closed without
+/// answering), `asio::error::operation_aborted` when cancelled; the response is empty with an
+/// error. An HTTP error status is a response, not an error.
+///
+/// @par Per-Operation Cancellation
+/// Terminal cancellation through the handler's associated slot, in any step: the resolver is
+/// cancelled and the socket closed, and the handler gets `operation_aborted`. A name lookup
+/// already inside `getaddrinfo` (Asio runs it on a private thread) is not interrupted: the handler
+/// runs when it returns. Partial and total cancellation are not supported (a half-written
+/// request cannot be taken back).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_exchange(const asio::any_io_executor& ex, const endpoint& where,
+                    const http::request<RequestBody, Fields>& req, CompletionToken&& token) {
+  return asio::async_compose<CompletionToken,
+                             void(::boost::system::error_code, http::response<ResponseBody>)>(
+      detail::exchange_op<RequestBody, Fields, ResponseBody>(ex, where, req), token, ex);
+}
+
+namespace detail {
+
+/// Whether a transport error of an exchange (a `boost::system::error_code` as `std::error_code`,
+/// or coretry's `errc::attempt_timeout`) is worth another attempt, and which of
+/// `coretry::http::retry_rules`' counts it spends: `connect` when the request never left (refused,
+/// unreachable, a name that did not resolve when `retry_dns_failures` is set), `read` when it may
+/// have reached the server (reset, closed without a reply, a response cut short, an attempt timed
+/// out). Anything else (a malformed response, a name that does not resolve by default) is final.
+inline std::optional<coretry::http::failure_kind>
+transport_failure(const std::error_code& ec, const coretry::http::retry_rules& rules) {
+  using kind = coretry::http::failure_kind;
+  namespace aerr = asio::error;
+  auto is = [&ec](auto e) { return ec == std::error_code(::boost::system::error_code(e)); };
+  if (ec == std::errc::connection_refused || ec == std::errc::network_unreachable ||
+      ec == std::errc::host_unreachable)
+    return kind::connect;
+  if (is(aerr::host_not_found) || is(aerr::host_not_found_try_again) || is(aerr::no_data))
+    return rules.retry_dns_failures ? std::optional(kind::connect) : std::nullopt;
+  if (ec == coretry::errc::attempt_timeout || ec == std::errc::timed_out ||
+      ec == std::errc::connection_reset || ec == std::errc::connection_aborted ||
+      ec == std::errc::broken_pipe || is(aerr::eof) || is(http::error::end_of_stream) ||
+      is(http::error::partial_message))
+    return kind::read;
+  return std::nullopt;
+}
+
+/// What one `retry` operation's attempts and its policy's hooks share.
+template <class RequestBody, class Fields> struct retry_state {
+  retry_state(endpoint w, http::request<RequestBody, Fields> r, coretry::http::retry_rules ru)
+      : where(std::move(w)), req(std::move(r)), rules(std::move(ru)), method(req.method_string()) {}
+
+  endpoint where;
+  http::request<RequestBody, Fields> req;
+  coretry::http::retry_rules rules;
+  std::string method; ///< for `attempt_context::http`, which keeps a view
+  coretry::http::failure_counts counts{};
+  unsigned last_status = 0; ///< the last attempt's status, 0 after a transport error
+
+  /// Counts the transport failure of an attempt that completed, once, where it completes (the
+  /// loop may ask its predicates more than once). An attempt cut by the attempt timer or
+  /// cancelled completes with `operation_aborted` and is not counted: the loop decides on it.
+  void record(const ::boost::system::error_code& ec) {
+    if (ec)
+      if (auto kind = transport_failure(ec, rules))
+        counts.record(*kind, rules);
+  }
+};
+
+/// One attempt of `retry`: an exchange on a connection of its own, whose response tells the loop
+/// the server's `Retry-After` (for the statuses `retry_rules::retry_after_status_codes` names)
+/// and the status for observers. A token operation: the loop calls it once per attempt with its
+/// own handler, bound to the slot through which an attempt timeout or a cancellation closes the
+/// connection.
+template <class ResponseBody, class RequestBody, class Fields> struct http_attempt {
+  using response_type = http::response<ResponseBody>;
+
+  std::shared_ptr<retry_state<RequestBody, Fields>> st;
+  asio::any_io_executor ex;
+
+  template <class CompletionToken>
+  auto operator()(attempt_context& ctx, CompletionToken&& token) const {
+    return asio::async_compose<CompletionToken, void(::boost::system::error_code, response_type)>(
+        [st = st, ex = ex, ctx = &ctx, started = false](
+            auto& self, ::boost::system::error_code ec = {}, response_type r = {}) mutable {
+          if (!started) {
+            started = true;
+            async_exchange<ResponseBody>(ex, st->where, st->req, std::move(self));
+            return;
+          }
+          st->last_status = ec ? 0u : r.result_int();
+          st->record(ec);
+          ctx->http(st->method, static_cast<int>(st->last_status));
+          if (!ec && coretry::http::honours_retry_after(st->last_status, st->rules)) {
+            const auto field = r.find(http::field::retry_after);
+            if (field != r.end())
+              if (auto hint = coretry::http::parse_retry_after(
+                      std::string_view(field->value().data(), field->value().size())))
+                ctx->retry_after(*hint);
+          }
+          self.complete(ec, std::move(r));
+        },
+        token, ex);
+  }
+};
+
+/// The policy of one `retry` operation: `policy` with the HTTP rules wired in, as
+/// `coretry::curl::retry` does it. A request that may not be sent twice gets one attempt;
+/// transport errors go through `transport_failure` unless the policy has its own `retry_if`;
+/// responses through the status rules unless it has its own `retry_if_result` on the response
+/// type; the rules' per-kind limits hold either way; 429 is a push-back and 429 and 503 slow an
+/// adaptive sending rate.
+template <class ResponseBody, class RequestBody, class Fields>
+coretry::retry_policy make_policy(coretry::retry_policy p,
+                                  const std::shared_ptr<retry_state<RequestBody, Fields>>& st) {
+  if (!coretry::http::may_retry(st->method, st->req.count("Idempotency-Key") != 0, st->rules))
+    p.max_attempts = 1;
+  // As coretry::curl labels its operations: the origin, never the target (it may hold secrets).
+  if (p.observer && p.label.empty())
+    p.label = "http://" + st->where.host + ":" + st->where.service;
+  // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
+  // is final, whatever decides the rest.
+  p.retry_if = [user = std::move(p.retry_if), st](const std::error_code& ec) {
+    const auto kind = transport_failure(ec, st->rules);
+    if (kind && st->counts.exhausted(*kind, st->rules))
+      return false;
+    return user ? user(ec) : kind.has_value();
+  };
+  p.throttle_if = [user = std::move(p.throttle_if), st](const std::error_code& ec) {
+    if (ec == coretry::errc::result_rejected)
+      return coretry::http::slows_sending_rate(st->last_status);
+    return user ? user(ec) : coretry::default_throttle_if(ec);
+  };
+  p.pushback_if = [user = std::move(p.pushback_if), st](const std::error_code& ec) {
+    if (ec == coretry::errc::result_rejected && coretry::http::is_pushback_status(st->last_status))
+      return true;
+    return user && user(ec);
+  };
+  using response_type = http::response<ResponseBody>;
+  if (!p.result_filter)
+    p = std::move(p).template retry_if_result<response_type>([st](const response_type& r) {
+      return coretry::http::is_retryable_status(r.result_int(), st->rules);
+    });
+  // A retryable status past `retry_rules::status_retries` is a final answer, as one outside the
+  // list is, whichever filter rejected it. The filter runs once per response: each rejection
+  // counts once. (A filter on another type is refused at the call by the loop.)
+  if (*p.result_filter->type == typeid(response_type)) {
+    p.result_filter =
+        std::make_shared<const coretry::detail::result_predicate>(coretry::detail::result_predicate{
+            p.result_filter->type, [filter = p.result_filter, st](const void* v) {
+              return filter->call(v) &&
+                     st->counts.record(coretry::http::failure_kind::status, st->rules);
+            }});
+  }
+  return p;
+}
+
+template <class ResponseBody, class RequestBody, class Fields>
+auto prepare(const asio::any_io_executor& ex, endpoint where,
+             http::request<RequestBody, Fields> req, coretry::retry_policy policy,
+             const coretry::http::retry_rules& rules) {
+  rules.validate();
+  if (where.host.empty())
+    throw std::invalid_argument("coretry::beast::retry: endpoint.host is empty");
+  if (where.service.empty())
+    throw std::invalid_argument("coretry::beast::retry: endpoint.service is empty (host \"" +
+                                where.host + "\")");
+  // Each attempt has a connection of its own: the server may close it after the response.
+  req.keep_alive(false);
+  req.prepare_payload();
+  auto st =
+      std::make_shared<retry_state<RequestBody, Fields>>(std::move(where), std::move(req), rules);
+  auto p = make_policy<ResponseBody>(std::move(policy), st);
+  return std::pair{http_attempt<ResponseBody, RequestBody, Fields>{st, ex}, std::move(p)};
+}
+
+} // namespace detail
+
+/// Sends `req` to `where` until an attempt is accepted, under `policy` and the HTTP rules of
+/// `rules` (the ones `coretry::curl::retry` applies, `<coretry/http.hpp>`):
+/// - each attempt is one `async_exchange` on a new connection (a retry follows a failure, and a
+///   failed or cut exchange leaves its connection in a state nobody knows: a request half
+///   written, a response half read); the request is sent with `Connection: close` and its
+///   payload prepared (`Content-Length`);
+/// - a request whose method `rules.allowed_methods` lacks (POST, PATCH) and that carries no
+///   `Idempotency-Key` header is sent once;
+/// - transport errors are retried as `rules` says (refused and unreachable connections; resets,
+///   a server closing without a reply, a response cut short and attempts cut by
+///   `policy.attempt_timeout`; names that do not resolve only with `retry_dns_failures`), within
+///   `rules.connect_retries` and `rules.read_retries`; a `policy.retry_if` replaces which
+///   errors are retried, and the limits still hold;
+/// - responses with a status of `rules.status_forcelist` are retried, within
+///   `rules.status_retries`; a `policy.retry_if_result` on `http::response<ResponseBody>`
+///   replaces which are retried, and the limit still holds. When the attempts run out on such a
+///   status, that response is returned;
+/// - a `Retry-After` on a status of `rules.retry_after_status_codes` (429, 503) is the least wait
+///   before the next attempt (`attempt_context::retry_after`: `policy.max_retry_after` and the
+///   deadline bound it); 429 is a push-back for a breaker, 429 and 503 slow an adaptive rate;
+/// - with an observer and no `policy.label`, the operation is labelled `http://host:service`.
+///
+/// \returns the accepted response, or the last one when the policy gave up on statuses.
+/// \throws std::invalid_argument at the call for an invalid policy or `rules`, or an empty host
+/// or service; `std::system_error` with the last transport error when the policy gave up (see
+/// `retry_policy::final_error`), or with `asio::error::operation_aborted` when cancelled.
+///
+/// @par Per-Operation Cancellation
+/// As `coretry::retry_async`: terminal cancellation of the awaiting coroutine stops the
+/// operation in an attempt (its connection is closed) or in a sleep.
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
+      coretry::retry_policy policy, const coretry::http::retry_rules& rules) {
+  auto [attempt, p] =
+      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  return coretry::retry_async(std::move(attempt), std::move(p));
+}
+
+/// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
+      coretry::retry_policy policy, const coretry::http::retry_rules& rules,
+      coretry::retry_stats& stats) {
+  auto [attempt, p] =
+      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  return coretry::retry_async(std::move(attempt), std::move(p), stats);
+}
+
+/// As above, with the default `coretry::http::retry_rules` (those of `coretry::curl::retry`).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>> retry(const asio::any_io_executor& ex, endpoint where,
+                                                    http::request<RequestBody, Fields> req,
+                                                    coretry::retry_policy policy) {
+  // The rules are made here, never as a default argument: g++ 12 miscompiles a temporary with
+  // default member initializers inside the caller's co_await expression.
+  const coretry::http::retry_rules rules;
+  return retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+}
+
+/// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
+      coretry::retry_policy policy, coretry::retry_stats& stats) {
+  const coretry::http::retry_rules rules;
+  return retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules, stats);
+}
+
+/// `retry` with a completion token: callbacks, `use_future`, `as_tuple(use_awaitable)`, ...
+/// The operation runs on `ex`.
+///
+/// @par Completion Signature
+/// `void(boost::system::error_code, http::response<ResponseBody>)`: as `coretry::async_retry`,
+/// the error is empty when a response is delivered (accepted, or the last one when the policy
+/// gave up on statuses).
+///
+/// @par Per-Operation Cancellation
+/// As `coretry::async_retry`: terminal, partial or total cancellation through the handler's slot
+/// stops the operation; the handler gets `operation_aborted`, once.
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor& ex, endpoint where,
+                 http::request<RequestBody, Fields> req, coretry::retry_policy policy,
+                 const coretry::http::retry_rules& rules, CompletionToken&& token) {
+  auto [attempt, p] =
+      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  return coretry::async_retry(ex, std::move(attempt), std::move(p),
+                              std::forward<CompletionToken>(token));
+}
+
+/// As above, with the default `coretry::http::retry_rules`.
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor& ex, endpoint where,
+                 http::request<RequestBody, Fields> req, coretry::retry_policy policy,
+                 CompletionToken&& token) {
+  const coretry::http::retry_rules rules;
+  return async_retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules,
+                                   std::forward<CompletionToken>(token));
+}
+
+} // namespace coretry::beast

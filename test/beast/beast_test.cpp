@@ -1,0 +1,491 @@
+// SPDX-License-Identifier: BSL-1.0
+// <coretry/beast.hpp> against real servers: nginx on loopback (Debian's nginx-light) for a plain
+// 200 and for a 503 with Retry-After (its limit_req module, see `limited_nginx`), the loopback
+// fault server for hangs, refusals and scripted statuses; and the Beast sample, run against
+// nginx. Built with Boost.Asio (test/beast/CMakeLists.txt). Without nginx the nginx cases skip
+// with a message, and fail under CI=true.
+
+#include <coretry/beast.hpp>
+#include <coretry/coretry.hpp>
+
+#include <doctest/doctest.h>
+#include <support/asio.hpp>
+#include <support/http_fault_server.hpp>
+#include <support/nginx_server.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <sys/wait.h>
+
+namespace http = boost::beast::http;
+using coretry::test::http_action;
+using coretry::test::http_fault_server;
+using coretry::test::nginx_server;
+using namespace std::chrono_literals;
+
+#ifndef CORETRY_BEAST_SAMPLE
+#error "CORETRY_BEAST_SAMPLE must name the beast_get executable"
+#endif
+
+namespace {
+
+bool nginx_installed() {
+  if (!coretry::test::find_nginx().empty())
+    return true;
+  const char* ci = std::getenv("CI");
+  if (ci && std::string_view(ci) == "true")
+    FAIL("nginx is not installed: the Beast sample cannot run against it (CI=true). "
+         "Install it with: apt-get install nginx-light");
+  MESSAGE("nginx is not installed: skipped (apt-get install nginx-light)");
+  return false;
+}
+
+// Runs `io` until `done()` holds; fails after 20 s (a bound, not a measurement).
+template <class Predicate> void run_until(asio::io_context& io, Predicate done) {
+  const auto limit = std::chrono::steady_clock::now() + 20s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > limit)
+      throw std::runtime_error("test timed out");
+    if (io.stopped())
+      io.restart();
+    io.run_one_for(100ms);
+  }
+}
+
+template <class Awaitable> void run_until_done(asio::io_context& io, Awaitable aw) {
+  std::exception_ptr error;
+  bool done = false;
+  asio::co_spawn(io, std::move(aw), [&](std::exception_ptr e) {
+    error = e;
+    done = true;
+  });
+  run_until(io, [&] { return done; });
+  if (error)
+    std::rethrow_exception(error);
+}
+
+http::request<http::string_body> make_request(http::verb method, std::string target) {
+  http::request<http::string_body> req{method, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  return req;
+}
+
+coretry::beast::endpoint at(unsigned short port) {
+  coretry::beast::endpoint e;
+  e.host = "127.0.0.1";
+  e.service = std::to_string(port);
+  return e;
+}
+
+coretry::retry_policy quick_policy(unsigned attempts) {
+  coretry::retry_policy p;
+  p.max_attempts = attempts;
+  p.backoff = coretry::backoff::fixed(10ms);
+  return p;
+}
+
+struct outcome {
+  std::error_code ec;
+  http::response<http::string_body> res;
+  coretry::retry_stats stats;
+  std::vector<coretry::retry_event> events;
+};
+
+// beast::retry to its end on `io`, its error caught.
+outcome retry_on(asio::io_context& io, coretry::beast::endpoint where,
+                 http::request<http::string_body> req, coretry::retry_policy policy,
+                 coretry::http::retry_rules rules = {}) {
+  outcome out;
+  policy.on_retry = [&out](const coretry::retry_event& e) { out.events.push_back(e); };
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    try {
+      out.res = co_await coretry::beast::retry(io.get_executor(), std::move(where), std::move(req),
+                                               std::move(policy), rules, out.stats);
+    } catch (const std::system_error& e) {
+      out.ec = e.code();
+    }
+  });
+  return out;
+}
+
+// A directory of the build tree for nginx's static files.
+std::filesystem::path www() {
+  const auto dir = std::filesystem::path(CORETRY_TEST_BINARY_DIR) / "www";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "hello") << "hello from nginx\n";
+  std::ofstream(dir / "limited") << "served within the limit\n";
+  return dir;
+}
+
+// nginx with two locations: /hello, a static 200; /limited, the same behind limit_req at one
+// request per 2 s (30r/m, no burst). The first request in 2 s is served; the next is refused with
+// 503 and `Retry-After: 2`, which is exactly how long nginx's limiter needs before it serves
+// again. A test sends one request to /limited first (the "priming" request, which takes the
+// limiter's one slot), so that the operation under test genuinely meets a 503 and then, having
+// waited what the server asked, its 200: the 503 comes from the server's own state, not from a
+// script or a second location.
+nginx_server limited_nginx() {
+  const std::string root = www().string();
+  return nginx_server("beast", "  limit_req_zone $binary_remote_addr zone=beast:64k rate=30r/m;\n"
+                               "  map $status $beast_retry_after { 503 2; default \"\"; }\n"
+                               "  server {\n"
+                               "    listen 127.0.0.1:@PORT@;\n"
+                               "    root " +
+                                   root +
+                                   ";\n"
+                                   "    location = /limited {\n"
+                                   "      limit_req zone=beast;\n"
+                                   "      add_header Retry-After $beast_retry_after always;\n"
+                                   "    }\n"
+                                   "  }\n");
+}
+
+// One plain GET on a connection of its own (the priming request), without coretry.
+unsigned prime(unsigned short port, std::string target) {
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), port});
+  auto req = make_request(http::verb::get, std::move(target));
+  http::write(s, req);
+  boost::beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(s, buf, res);
+  return res.result_int();
+}
+
+// Runs `command`, returning its exit status and its standard output.
+std::pair<int, std::string> run_program(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0)
+    out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+} // namespace
+
+TEST_CASE("async_exchange reads nginx's 200 on a connection of its own") {
+  if (!nginx_installed())
+    return;
+  auto nginx = limited_nginx();
+  asio::io_context io;
+  const auto where = at(nginx.port());
+  const auto req = make_request(http::verb::get, "/hello");
+  coretry::test::error_code ec;
+  http::response<http::string_body> res;
+  bool done = false;
+  coretry::beast::async_exchange(io.get_executor(), where, req,
+                                 [&](coretry::test::error_code e, auto r) {
+                                   ec = e;
+                                   res = std::move(r);
+                                   done = true;
+                                 });
+  run_until(io, [&] { return done; });
+  CHECK_FALSE(ec);
+  CHECK(res.result_int() == 200);
+  CHECK(res.body() == "hello from nginx\n");
+  nginx.stop(); // nginx logs a request after sending its response: stopped, the log is whole
+  CHECK(nginx.requests("GET /hello 200") == 1);
+}
+
+TEST_CASE("retry waits what nginx's 503 asks in Retry-After, then returns its 200") {
+  if (!nginx_installed())
+    return;
+  auto nginx = limited_nginx();
+  REQUIRE(prime(nginx.port(), "/limited") == 200);
+
+  asio::io_context io;
+  auto out =
+      retry_on(io, at(nginx.port()), make_request(http::verb::get, "/limited"), quick_policy(4));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 200);
+  CHECK(out.res.body() == "served within the limit\n");
+  CHECK(out.stats.attempts == 2);
+  REQUIRE(out.events.size() == 1);
+  CHECK(out.events[0].error == coretry::errc::result_rejected);
+  CHECK(out.events[0].server_hint == 2s);
+  // The wait chosen is the server's 2 s, not the policy's 10 ms backoff (as chosen, not timed).
+  CHECK(out.events[0].delay == 2s);
+  CHECK(out.stats.slept == 2s);
+  nginx.stop();
+  CHECK(nginx.requests("GET /limited 503") == 1);
+  CHECK(nginx.requests("GET /limited 200") == 2); // the priming request and the retry
+}
+
+TEST_CASE("the Beast sample gets nginx's 200 after its 503 with Retry-After") {
+  if (!nginx_installed())
+    return;
+  auto nginx = limited_nginx();
+  REQUIRE(prime(nginx.port(), "/limited") == 200);
+  const auto [rc, out] = run_program(std::string(CORETRY_BEAST_SAMPLE) + " --attempts 3 " +
+                                     nginx.url("/limited") + " 2>&1");
+  INFO("beast_get printed:\n" << out);
+  CHECK(rc == 0);
+  CHECK(out.find("attempt 1 failed: ") != std::string::npos);
+  CHECK(out.find("(server asked 2000 ms)") != std::string::npos);
+  CHECK(out.find("status 200\nattempts 2\nslept 2000 ms\nserver hint 2000 ms\n") !=
+        std::string::npos);
+  CHECK(out.find("served within the limit\n") != std::string::npos);
+  nginx.stop();
+  CHECK(nginx.requests("GET /limited 503") == 1);
+}
+
+TEST_CASE("the Beast sample refuses a URL it cannot use, with exit status 2") {
+  const auto [rc, out] = run_program(std::string(CORETRY_BEAST_SAMPLE) + " https://x/ 2>&1");
+  CHECK(rc == 2);
+  CHECK(out.find("http://") != std::string::npos);
+}
+
+TEST_CASE("an attempt that hangs is cut by attempt_timeout, its connection closed, and retried") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::hang());
+  server.push(http_action::ok("second"));
+  auto policy = quick_policy(3);
+  policy.attempt_timeout = 200ms;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "second");
+  CHECK(out.stats.attempts == 2);
+  REQUIRE(out.events.size() == 1);
+  CHECK(out.events[0].error == coretry::errc::attempt_timeout);
+  // The hanging connection was closed by the client when the timer cut the attempt.
+  run_until(io, [&] { return server.open_connections() == 0; });
+  CHECK(server.accepted() == 2);
+}
+
+TEST_CASE("a refused connection is retried until the attempts run out, and reported as such") {
+  asio::io_context io;
+  unsigned short port = 0;
+  {
+    asio::ip::tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
+    port = a.local_endpoint().port();
+  }
+  auto out = retry_on(io, at(port), make_request(http::verb::get, "/"), quick_policy(3));
+  CHECK(out.ec == std::errc::connection_refused);
+  CHECK(out.stats.attempts == 3);
+  CHECK(out.events.size() == 2);
+}
+
+TEST_CASE("a server closing without a reply, or cutting the body short, is retried") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::close());
+  server.push(http_action::truncated("half"));
+  server.push(http_action::ok("whole"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(4));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "whole");
+  CHECK(out.stats.attempts == 3);
+  REQUIRE(out.events.size() == 2);
+  CHECK(out.events[0].error ==
+        std::error_code(boost::system::error_code(http::error::end_of_stream)));
+  CHECK(out.events[1].error ==
+        std::error_code(boost::system::error_code(http::error::partial_message)));
+}
+
+TEST_CASE("the rules' read_retries ends the retries with the read failure past it") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::close(), 2);
+  server.push(http_action::ok("never"));
+  coretry::http::retry_rules rules;
+  rules.read_retries = 1;
+  auto out =
+      retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(4), rules);
+  CHECK(out.ec == std::error_code(boost::system::error_code(http::error::end_of_stream)));
+  CHECK(out.stats.attempts == 2);
+}
+
+TEST_CASE("a malformed response is final") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::raw("SPDY/1 200 OK\r\nContent-Length: 0\r\n\r\n"));
+  server.push(http_action::ok("never"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(4));
+  CHECK(out.ec);
+  CHECK(out.stats.attempts == 1);
+  CHECK(server.requests() == 1);
+}
+
+namespace {
+struct attempt_log : coretry::retry_observer {
+  std::vector<std::string> labels;
+  std::vector<std::string> methods;
+  std::vector<int> statuses;
+  void on_attempt_finished(const coretry::attempt_finished_event& e) override {
+    labels.emplace_back(e.label);
+    methods.emplace_back(e.http_method);
+    statuses.push_back(e.http_status);
+  }
+};
+} // namespace
+
+TEST_CASE("an observer sees each attempt's method and status, labelled with the origin") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(503, "busy"));
+  server.push(http_action::ok("fine"));
+  auto log = std::make_shared<attempt_log>();
+  auto policy = quick_policy(3);
+  policy.observer = log;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  REQUIRE_FALSE(out.ec);
+  const std::string origin = "http://127.0.0.1:" + std::to_string(server.port());
+  CHECK(log->labels == std::vector<std::string>{origin, origin});
+  CHECK(log->methods == std::vector<std::string>{"GET", "GET"});
+  CHECK(log->statuses == std::vector<int>{503, 200});
+}
+
+TEST_CASE("a status outside the rules' status_forcelist is returned at once") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(404, "missing"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 404);
+  CHECK(out.stats.attempts == 1);
+}
+
+TEST_CASE("a POST without Idempotency-Key is sent once, a retryable status returned as it is") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(503, "busy"));
+  auto req = make_request(http::verb::post, "/orders");
+  req.body() = "order=1";
+  auto out = retry_on(io, at(server.port()), std::move(req), quick_policy(3));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 503);
+  CHECK(out.stats.attempts == 1);
+  REQUIRE(server.log().size() == 1);
+  CHECK(server.log()[0].body == "order=1");
+  CHECK(server.log()[0].header("Content-Length") == "7");
+}
+
+TEST_CASE("a POST with an Idempotency-Key is retried like a GET") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(503, "busy"));
+  server.push(http_action::ok("created"));
+  auto req = make_request(http::verb::post, "/orders");
+  req.set("Idempotency-Key", "order-1");
+  req.body() = "order=1";
+  auto out = retry_on(io, at(server.port()), std::move(req), quick_policy(3));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "created");
+  CHECK(out.stats.attempts == 2);
+  CHECK(server.log().size() == 2);
+}
+
+TEST_CASE("the rules' status_retries ends the retries with the status past it") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(502, "first"));
+  server.push(http_action::with_status(502, "second"));
+  server.push(http_action::ok("third"));
+  coretry::http::retry_rules rules;
+  rules.status_retries = 1;
+  auto out =
+      retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(5), rules);
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 502);
+  CHECK(out.res.body() == "second");
+  CHECK(out.stats.attempts == 2);
+}
+
+TEST_CASE("a policy's own response filter replaces the status rule, and status_retries holds") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(404, "not yet"));
+  server.push(http_action::with_status(404, "still not"));
+  server.push(http_action::ok("there"));
+  coretry::http::retry_rules rules;
+  rules.status_retries = 1;
+  auto policy = quick_policy(5).retry_if_result<http::response<http::string_body>>(
+      [](const http::response<http::string_body>& r) { return r.result_int() == 404; });
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, rules);
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "still not");
+  CHECK(out.stats.attempts == 2);
+}
+
+TEST_CASE("a Retry-After on a status the rules do not honour it for is no hint") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::retry_after(502, "7"));
+  server.push(http_action::ok("fine"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "fine");
+  REQUIRE(out.events.size() == 1);
+  CHECK(out.events[0].server_hint == 0s);
+  CHECK(out.events[0].delay == 10ms);
+}
+
+TEST_CASE("a Retry-After beyond max_retry_after ends the retries with that response") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::retry_after(503, "120"));
+  server.push(http_action::ok("never"));
+  auto policy = quick_policy(3);
+  policy.max_retry_after = 30s;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 503);
+  CHECK(out.stats.attempts == 1);
+  CHECK(out.stats.reason == coretry::errc::retry_after_too_long);
+}
+
+TEST_CASE("cancelling async_retry mid-attempt closes the connection and completes once, aborted") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::hang());
+  asio::cancellation_signal cancel;
+  int calls = 0;
+  coretry::test::error_code ec;
+  coretry::beast::async_retry(
+      io.get_executor(), at(server.port()), make_request(http::verb::get, "/"), quick_policy(3),
+      coretry::http::retry_rules{},
+      asio::bind_cancellation_slot(cancel.slot(), [&](coretry::test::error_code e, auto) {
+        ++calls;
+        ec = e;
+      }));
+  run_until(io, [&] { return server.requests() == 1; });
+  cancel.emit(asio::cancellation_type::terminal);
+  run_until(io, [&] { return calls == 1 && server.open_connections() == 0; });
+  CHECK(ec == coretry::test::operation_aborted);
+  CHECK(server.requests() == 1);
+}
+
+TEST_CASE("bad endpoints and rules are refused at the call, naming the field") {
+  asio::io_context io;
+  auto call = [&](coretry::beast::endpoint where, coretry::http::retry_rules rules) {
+    (void)coretry::beast::retry(io.get_executor(), std::move(where),
+                                make_request(http::verb::get, "/"), quick_policy(2), rules);
+  };
+  coretry::beast::endpoint no_host;
+  CHECK_THROWS_WITH_AS(call(no_host, {}), doctest::Contains("endpoint.host"),
+                       std::invalid_argument);
+  auto no_service = at(80);
+  no_service.service.clear();
+  CHECK_THROWS_WITH_AS(call(no_service, {}), doctest::Contains("endpoint.service"),
+                       std::invalid_argument);
+  coretry::http::retry_rules bad;
+  bad.status_forcelist = {700};
+  CHECK_THROWS_WITH_AS(call(at(80), bad), doctest::Contains("700"), std::invalid_argument);
+}
