@@ -29,6 +29,13 @@ namespace coretry::curl {
 inline bool may_hedge(const request& req) noexcept {
   return is_idempotent(req.method) || req.header("Idempotency-Key").has_value();
 }
+/// As above under `rules` (the request's `retry_rules`, else the client's): its method is one of
+/// `rules.allowed_methods`, which a caller declares safe to send more than once, or it carries an
+/// `Idempotency-Key` header.
+inline bool may_hedge(const request& req, const coretry::http::retry_rules& rules) noexcept {
+  return coretry::http::is_allowed_method(req.method, rules) ||
+         req.header("Idempotency-Key").has_value();
+}
 
 namespace detail {
 
@@ -39,10 +46,11 @@ namespace detail {
 /// `prepare_http_shared` for hedging: refuses, at the call, a request that must not be sent
 /// twice.
 inline auto prepare_hedge_shared(client& c, request req, coretry::retry_policy policy) {
-  req.validate();
-  if (!may_hedge(req))
-    refuse_hedge(req);
-  return prepare_http_shared(c, std::move(req), std::move(policy));
+  auto prepared = prepare_http_shared(c, std::move(req), std::move(policy));
+  const auto& st = std::get<2>(prepared); // the rules in force: the request's, else the client's
+  if (!may_hedge(st->req, st->rules))
+    refuse_hedge(st->req);
+  return prepared;
 }
 
 inline auto prepare_hedge(client& c, request req, coretry::retry_policy policy) {
@@ -81,7 +89,7 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// (`async_hedge`: `circuit_open` with that response).
 ///
 /// \returns the response. \throws std::invalid_argument at the call when `req` is not
-/// idempotent and has no `Idempotency-Key` (see `may_hedge`), or when `req`, `policy` or
+/// one of the rules' `allowed_methods` and has no `Idempotency-Key` (see `may_hedge`), or when `req`, `policy` or
 /// `options` is invalid; `circuit_open_error`; std::system_error with the final transport error (or the policy's
 /// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
 ///

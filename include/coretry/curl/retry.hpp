@@ -199,13 +199,20 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
       return coretry::http::is_retryable_status(r.status, st->rules);
     });
   // A retryable status past `retry_rules::status_retries` is a final answer, as one outside the
-  // list is. The filter runs once per response: each rejection counts once.
+  // list is. The filter runs once per response: each rejected status counts once.
   if (*p.result_filter->type == typeid(response)) {
     p.result_filter =
         std::make_shared<const coretry::detail::result_predicate>(coretry::detail::result_predicate{
             p.result_filter->type, [filter = p.result_filter, st](const void* v) {
-              return filter->call(v) &&
-                     st->counts.record(coretry::http::failure_kind::status, st->rules);
+              if (!filter->call(v))
+                return false;
+              // Only a status the rules retry counts against status_retries, as urllib3 counts
+              // its status_forcelist: a response the caller's own filter rejects (a 200 saying
+              // "pending") is not limited by it.
+              const auto& r = *static_cast<const response*>(v);
+              if (!coretry::http::is_retryable_status(r.status, st->rules))
+                return true;
+              return st->counts.record(coretry::http::failure_kind::status, st->rules);
             }});
   }
   // With a breaker, a refusal reports circuit_open with the last response: the rejected one is
