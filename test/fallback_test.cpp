@@ -34,7 +34,8 @@ struct flaky_error : transient_error { // derived: retry_on<transient_error> cat
 struct other_transient : std::exception {};
 
 /// An asynchronous operation completing with `(ec, v)` through any completion token, posted.
-template <class Token> auto async_answer(asio::io_context& io, std::error_code ec, int v, Token&& t) {
+template <class Token>
+auto async_answer(asio::io_context& io, std::error_code ec, int v, Token&& t) {
   return asio::async_initiate<Token, void(std::error_code, int)>(
       [&io, ec, v](auto handler) {
         asio::post(io, [h = std::move(handler), ec, v]() mutable { std::move(h)(ec, v); });
@@ -130,8 +131,8 @@ outcome run_on(loop l, asio::io_context& io, throwing_op& op, const retry_policy
                          o.error = errc::retryable_exception; // rethrown: checked elsewhere
                      });
     } else {
-      coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, p, stats,
-                                         record(o));
+      coretry::async_retry<manual_timer>(
+          io.get_executor(), [&] { return op(); }, p, stats, record(o));
     }
     drive(io, [&] { return o.completions > 0; });
     drive(io, [] { return false; });
@@ -251,9 +252,9 @@ TEST_CASE("giving up after retried exceptions rethrows the last one itself from 
       out = await_on_manual_clock(
           io, coretry::retry_async<manual_timer>([&] { return op(); }, p, stats));
     else
-      out = await_on_manual_clock(io, coretry::hedge_async<manual_timer>(
-                                          [&] { return op(); }, p,
-                                          coretry::hedge_options{.delay = coretry::unlimited}));
+      out = await_on_manual_clock(
+          io, coretry::hedge_async<manual_timer>(
+                  [&] { return op(); }, p, coretry::hedge_options{.delay = coretry::unlimited}));
     CHECK(out.completions == 1);
     CHECK(op.calls == 3);
     REQUIRE(out.exception);
@@ -341,11 +342,11 @@ TEST_CASE("the observer hears a retried exception as a failed attempt, in order"
   (void)run_on(loop::composed, io, op, p, stats);
   const std::string m = coretry::make_error_code(errc::retryable_exception).message();
   const std::string failure = coretry::to_string(coretry::attempt_outcome::failure);
-  CHECK(obs->lines == std::vector<std::string>{
-                          "start 1", "done 1 " + failure + " " + m, "retry 1 " + m, "start 2",
-                          "done 2 " + failure + " " + m,
-                          "end " + coretry::make_error_code(errc::attempts_exhausted).message() +
-                              " / " + m});
+  CHECK(obs->lines ==
+        std::vector<std::string>{
+            "start 1", "done 1 " + failure + " " + m, "retry 1 " + m, "start 2",
+            "done 2 " + failure + " " + m,
+            "end " + coretry::make_error_code(errc::attempts_exhausted).message() + " / " + m});
 }
 
 // --- The fallback ----------------------------------------------------------------------------
@@ -357,13 +358,14 @@ TEST_CASE("fallback: the value is returned after the policy gave up, and the rea
   coretry::retry_stats stats;
   std::vector<std::error_code> told;
   const awaited out = await_on_manual_clock(
-      io, coretry::retry_async<manual_timer>([&] { return op(); }, fixed_policy(3), stats,
-                                             coretry::fallback([&](const coretry::fallback_info& i) {
-                                               told.push_back(i.error);
-                                               CHECK(&i.stats == &stats);
-                                               CHECK(i.stats.attempts == 3);
-                                               return 42;
-                                             })));
+      io,
+      coretry::retry_async<manual_timer>([&] { return op(); }, fixed_policy(3), stats,
+                                         coretry::fallback([&](const coretry::fallback_info& i) {
+                                           told.push_back(i.error);
+                                           CHECK(&i.stats == &stats);
+                                           CHECK(i.stats.attempts == 3);
+                                           return 42;
+                                         })));
   CHECK(out.completions == 1);
   CHECK(out.value == 42);
   CHECK(told == std::vector<std::error_code>{refused});
@@ -379,8 +381,9 @@ TEST_CASE("fallback: a plain value, through async_retry with a callback; not cal
     scripted_op op{{fail(refused)}};
     coretry::retry_stats stats;
     outcome o;
-    coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, fixed_policy(2),
-                                       stats, coretry::fallback(5), record(o));
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [&] { return op(); }, fixed_policy(2), stats, coretry::fallback(5),
+        record(o));
     drive(io, [&] { return o.completions > 0; });
     drive(io, [] { return false; });
     CHECK(o.completions == 1);
@@ -392,12 +395,13 @@ TEST_CASE("fallback: a plain value, through async_retry with a callback; not cal
     scripted_op op{{succeed(9)}};
     int called = 0;
     outcome o;
-    coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, fixed_policy(2),
-                                       coretry::fallback([&](const coretry::fallback_info&) {
-                                         ++called;
-                                         return 1;
-                                       }),
-                                       record(o));
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [&] { return op(); }, fixed_policy(2),
+        coretry::fallback([&](const coretry::fallback_info&) {
+          ++called;
+          return 1;
+        }),
+        record(o));
     drive(io, [&] { return o.completions > 0; });
     CHECK(o.value == 9);
     CHECK(called == 0);
@@ -416,24 +420,24 @@ TEST_CASE("fallback: runs after retried exceptions and after a non-retryable err
     return 1;
   };
   throwing_op transient{.throws = 10};
-  auto a = await_on_manual_clock(io, coretry::retry_async<manual_timer>(
-                                         [&] { return transient(); }, fixed_policy(2),
-                                         coretry::fallback(fb)));
+  auto a = await_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return transient(); },
+                                                                        fixed_policy(2),
+                                                                        coretry::fallback(fb)));
   CHECK(a.value == 1);
 
   retry_policy stop_at_once = fixed_policy(5);
   stop_at_once.retry_if = [](const std::error_code&) { return false; };
   scripted_op permanent{{fail(refused)}};
-  auto b = await_on_manual_clock(io, coretry::retry_async<manual_timer>(
-                                         [&] { return permanent(); }, stop_at_once,
-                                         coretry::fallback(fb)));
+  auto b = await_on_manual_clock(io, coretry::retry_async<manual_timer>([&] { return permanent(); },
+                                                                        stop_at_once,
+                                                                        coretry::fallback(fb)));
   CHECK(b.value == 1);
   CHECK(permanent.calls == 1);
 
   throwing_op bug{.logic = true};
-  auto c = await_on_manual_clock(io, coretry::retry_async<manual_timer>(
-                                         [&] { return bug(); }, fixed_policy(2),
-                                         coretry::fallback(fb)));
+  auto c =
+      await_on_manual_clock(io, coretry::retry_async<manual_timer>(
+                                    [&] { return bug(); }, fixed_policy(2), coretry::fallback(fb)));
   CHECK(holds<std::logic_error>(c.exception));
   CHECK(told == std::vector<std::error_code>{errc::retryable_exception, refused});
 }
@@ -460,8 +464,9 @@ TEST_CASE("fallback: not called when cancelled while sleeping, through the slot 
     outcome o;
     awaited a;
     if (how == 0) // async_retry, the handler's slot
-      coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, p, stats, fb,
-                                         asio::bind_cancellation_slot(signal.slot(), record(o)));
+      coretry::async_retry<manual_timer>(
+          io.get_executor(), [&] { return op(); }, p, stats, fb,
+          asio::bind_cancellation_slot(signal.slot(), record(o)));
     else // retry_async in a coroutine whose slot is emitted; or the group token
       asio::co_spawn(io, coretry::retry_async<manual_timer>([&] { return op(); }, p, stats, fb),
                      asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e, int) {
@@ -509,8 +514,8 @@ TEST_CASE("fallback: one that throws completes the operation once with what it t
 
   coretry::retry_stats stats;
   outcome o;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, fixed_policy(2),
-                                     stats, fb_other, record(o));
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, fixed_policy(2), stats, fb_other, record(o));
   drive(io, [&] { return o.completions > 0; });
   drive(io, [] { return false; });
   CHECK(o.completions == 1);
@@ -524,14 +529,15 @@ TEST_CASE("fallback: an awaitable and a token operation supply the result") {
   asio::io_context io;
   scripted_op op{{fail(refused)}};
   // An awaitable that waits on the manual clock, then answers.
-  auto awaitable_fb = coretry::fallback([](const coretry::fallback_info& i) -> asio::awaitable<int> {
-    manual_timer t(co_await asio::this_coro::executor);
-    t.expires_after(50ms);
-    co_await t.async_wait(asio::use_awaitable);
-    co_return static_cast<int>(i.stats.attempts) * 10;
-  });
-  auto a = await_on_manual_clock(io, coretry::retry_async<manual_timer>(
-                                         [&] { return op(); }, fixed_policy(2), awaitable_fb));
+  auto awaitable_fb =
+      coretry::fallback([](const coretry::fallback_info& i) -> asio::awaitable<int> {
+        manual_timer t(co_await asio::this_coro::executor);
+        t.expires_after(50ms);
+        co_await t.async_wait(asio::use_awaitable);
+        co_return static_cast<int>(i.stats.attempts) * 10;
+      });
+  auto a = await_on_manual_clock(
+      io, coretry::retry_async<manual_timer>([&] { return op(); }, fixed_policy(2), awaitable_fb));
   CHECK(a.value == 20);
   CHECK(manual_clock::elapsed() == 150ms); // one 100 ms sleep, then the fallback's 50 ms
 
@@ -540,8 +546,8 @@ TEST_CASE("fallback: an awaitable and a token operation supply the result") {
     return async_answer(io, std::error_code{}, 77, std::move(token));
   });
   outcome o;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, fixed_policy(2),
-                                     token_fb, record(o));
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, fixed_policy(2), token_fb, record(o));
   drive(io, [&] { return o.completions > 0; });
   CHECK(o.completions == 1);
   CHECK_FALSE(o.error);
@@ -552,8 +558,8 @@ TEST_CASE("fallback: an awaitable and a token operation supply the result") {
     return async_answer(io, make_error_code(std::errc::host_unreachable), 0, std::move(token));
   });
   outcome f;
-  coretry::async_retry<manual_timer>(io.get_executor(), [&] { return op(); }, fixed_policy(2),
-                                     failing_fb, record(f));
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, fixed_policy(2), failing_fb, record(f));
   drive(io, [&] { return f.completions > 0; });
   CHECK(f.error == std::errc::host_unreachable);
 }

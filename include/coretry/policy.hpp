@@ -308,6 +308,22 @@ template <class... E> std::function<bool(const std::exception_ptr&)> retry_on() 
   };
 }
 
+/// What a fallback is told: why the operation gave up.
+struct fallback_info {
+  /// What the operation would have reported without the fallback (see `final_error`):
+  /// the last attempt's error, a policy's `errc`, or `errc::retryable_exception` after an
+  /// exception the policy retried (the exception is in `stats.exception`).
+  std::error_code error;
+  /// How the operation went: `reason` (why it stopped), `attempts`, `last_error`, `exception`.
+  /// The caller's own `retry_stats` when it passed one.
+  const retry_stats& stats;
+};
+
+/// A fallback for `retry_async` and `async_retry`: made by `coretry::fallback` (retry.hpp).
+template <class F> struct fallback_t {
+  F f; ///< the value, or the function giving it
+};
+
 /// A validated, immutable policy that many operations share. Each operation started with it
 /// holds a pointer rather than its own copy of the `retry_policy`: about 380 bytes less per
 /// operation, and no copy of the policy's `std::function`s and `shared_ptr`s at each call.

@@ -78,7 +78,8 @@ namespace coretry {
 /// (`errc::retryable_exception`). Not on success; not when the loop returns the last result
 /// rejected by `retry_if_result` (a result, not a failure); not on cancellation
 /// (`asio::error::operation_aborted`, the group token's `errc::cancelled`: the operation
-/// completes cancelled, and a cancellation while the fallback runs reaches it); and not for a
+/// completes cancelled; a cancellation through the caller's slot while the fallback runs reaches
+/// the fallback, the group token does not); and not for a
 /// bug (`errc::unexpected_exception`: an exception the policy does not retry, a hook that threw),
 /// which propagates as without a fallback. `fallback_info` tells it the error and the
 /// `retry_stats`, which keep saying why the loop stopped when the fallback succeeds. A fallback

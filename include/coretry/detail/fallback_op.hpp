@@ -31,26 +31,6 @@
 #include <type_traits>
 #include <utility>
 
-namespace coretry {
-
-/// What a fallback is told: why the operation gave up.
-struct fallback_info {
-  /// What the operation would have reported without the fallback (see `final_error`):
-  /// the last attempt's error, a policy's `errc`, or `errc::retryable_exception` after an
-  /// exception the policy retried (the exception is in `stats.exception`).
-  std::error_code error;
-  /// How the operation went: `reason` (why it stopped), `attempts`, `last_error`, `exception`.
-  /// The caller's own `retry_stats` when it passed one.
-  const retry_stats& stats;
-};
-
-/// A fallback for `retry_async` and `async_retry`: made by `coretry::fallback`.
-template <class F> struct fallback_t {
-  F f; ///< the value, or the function giving it
-};
-
-} // namespace coretry
-
 namespace coretry::detail {
 
 /// Whether an operation that completed with `error` gives way to its fallback: a failure, but
