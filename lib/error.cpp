@@ -35,6 +35,8 @@ public:
       return "the sending rate refused a send token: the wait would be too long";
     case errc::throttled_locally:
       return "the client's adaptive throttle rejected the attempt locally";
+    case errc::retryable_exception:
+      return "an attempt threw an exception the retry policy retries";
     }
     return "unknown coretry error " + std::to_string(value);
   }

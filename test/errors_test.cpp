@@ -119,6 +119,7 @@ TEST_CASE("errors table: every coretry::errc has the message the table quotes") 
         "the sending rate refused a send token: the wait would be too long");
   CHECK(msg(errc::throttled_locally) ==
         "the client's adaptive throttle rejected the attempt locally");
+  CHECK(msg(errc::retryable_exception) == "an attempt threw an exception the retry policy retries");
   CHECK(std::error_code(errc::circuit_open).category().name() == std::string("coretry"));
   // Cancellation is Asio's own code, not one of these.
   CHECK(coretry::test::operation_aborted ==

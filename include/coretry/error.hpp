@@ -54,6 +54,13 @@ enum class errc {
   /// rejected the attempt locally: the upstream has lately refused much of what this client
   /// sent. Nothing was sent for that attempt.
   throttled_locally,
+  /// An attempt threw an exception that `retry_policy::retry_if_exception` accepts: a failed
+  /// attempt like any other, retried under the policy's limits whatever `retry_if` says. It is
+  /// the attempt's error for `retry_stats::last_error`, `retry_event`, the observer and the
+  /// budget; `retry_stats::exception` holds what was thrown. When the loop gives up and reports
+  /// this code (the last attempt threw, see `final_error`), `retry_async` and `hedge_async`
+  /// rethrow that exception itself; the token front ends deliver this code.
+  retryable_exception,
 };
 
 /// The category of `coretry::errc`; its name is "coretry". With Boost.Asio, a

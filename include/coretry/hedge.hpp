@@ -17,8 +17,9 @@
 /// can serve both): `max_attempts` (attempts in all, the first included), `deadline` (the whole
 /// operation: at the deadline every attempt is cancelled and it fails with
 /// `errc::deadline_exceeded`), `attempt_timeout` (per attempt: a timed-out attempt is a
-/// retryable failure, `errc::attempt_timeout`), `retry_if` and `retry_if_result` (which failures
-/// are non-fatal), `budget`, `breaker`, `rate_limit`, `throttle_if`, `cancellation`, `report`,
+/// retryable failure, `errc::attempt_timeout`), `retry_if`, `retry_if_result` and
+/// `retry_if_exception` (which failures are non-fatal; `hedge_async` rethrows a retried
+/// exception the operation ends on, as `retry_async` does), `budget`, `breaker`, `rate_limit`, `throttle_if`, `cancellation`, `report`,
 /// `observer` and `label` (the events of a hedge: observer.hpp).
 /// Not used: `backoff`, `seed` and `on_retry` (see `hedge_options::on_hedge`). A server's hint
 /// (`attempt_context::retry_after`) delays no attempt, since no attempt waits on another, but it
@@ -120,7 +121,9 @@ struct hedge_stats {
   /// gave up; a non-retryable attempt error; `errc::cancelled` or
   /// `asio::error::operation_aborted` when cancelled; `errc::unexpected_exception`.
   std::error_code reason{};
-  std::exception_ptr exception{}; ///< What was thrown, when `reason` says so.
+  /// What was thrown, when `reason` says so; or, when `last_error` is
+  /// `errc::retryable_exception`, what that attempt threw (`retry_policy::retry_if_exception`).
+  std::exception_ptr exception{};
 };
 
 } // namespace coretry

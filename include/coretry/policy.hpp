@@ -47,7 +47,8 @@ struct retry_stats {
   /// `asio::error::operation_aborted` (the caller's slot) when cancelled;
   /// `errc::unexpected_exception` when something threw (see `exception`).
   std::error_code reason{};
-  /// What was thrown when `reason` is `errc::unexpected_exception`.
+  /// What was thrown when `reason` is `errc::unexpected_exception`; or, when `last_error` is
+  /// `errc::retryable_exception`, what that last attempt threw (`retry_policy::retry_if_exception`).
   std::exception_ptr exception{};
 };
 
@@ -236,6 +237,17 @@ struct CORETRY_API retry_policy {
   /// the request's `scheme://host:port` when an observer is set and the label is empty. Keep the
   /// set of labels small: a metrics exporter makes one series per label.
   std::string label{};
+  /// Which exceptions an attempt throws are failures worth retrying, as `retry_if` says for
+  /// error codes: `.retry_if_exception = coretry::retry_on<my_transient_error>()`. Asked with
+  /// what an attempt threw, other than a `std::system_error` (always the attempt's error code);
+  /// true makes the attempt a failure with `errc::retryable_exception`, retried like any other
+  /// whatever `retry_if` says (backoff, budget, breaker, observer, `on_retry`), with the
+  /// exception in `retry_stats::exception`. When the loop then gives up and reports that code,
+  /// `retry_async` and `hedge_async` rethrow the last exception itself and the token front ends
+  /// deliver the code. Empty (the default), or false: the exception is a bug, and the loop stops
+  /// at once with `errc::unexpected_exception`, as does a predicate that throws. Runs on the
+  /// operation's executor.
+  std::function<bool(const std::exception_ptr&)> retry_if_exception{};
 
   /// Throws `std::invalid_argument` when a field is out of range (`max_attempts` of 0, a
   /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`).
@@ -268,6 +280,48 @@ private:
                                    return static_cast<bool>(p(*static_cast<const arg*>(v)));
                                  }});
   }
+};
+
+namespace detail {
+template <class E, class... Rest> bool thrown_one_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    if constexpr (sizeof...(Rest) == 0)
+      return false;
+    else
+      return thrown_one_of<Rest...>(e);
+  }
+}
+} // namespace detail
+
+/// A `retry_policy::retry_if_exception` predicate that holds for an exception of one of the
+/// types `E...` or of a type derived from one (what `catch (const E&)` catches), as tenacity's
+/// `retry_if_exception_type` does:
+/// `retry_policy p{.retry_if_exception = coretry::retry_on<my_transient_error>()};`
+template <class... E> std::function<bool(const std::exception_ptr&)> retry_on() {
+  static_assert(sizeof...(E) > 0, "coretry::retry_on: name at least one exception type");
+  return [](const std::exception_ptr& e) -> bool {
+    return e && detail::thrown_one_of<E...>(e);
+  };
+}
+
+/// What a fallback is told: why the operation gave up.
+struct fallback_info {
+  /// What the operation would have reported without the fallback (see `final_error`):
+  /// the last attempt's error, a policy's `errc`, or `errc::retryable_exception` after an
+  /// exception the policy retried (the exception is in `stats.exception`).
+  std::error_code error;
+  /// How the operation went: `reason` (why it stopped), `attempts`, `last_error`, `exception`.
+  /// The caller's own `retry_stats` when it passed one.
+  const retry_stats& stats;
+};
+
+/// A fallback for `retry_async` and `async_retry`: made by `coretry::fallback` (retry.hpp).
+template <class F> struct fallback_t {
+  F f; ///< the value, or the function giving it
 };
 
 /// A validated, immutable policy that many operations share. Each operation started with it

@@ -20,7 +20,11 @@
 ///   shape").
 ///
 /// **Exceptions: one rule for every front end.** A `std::system_error` thrown by an attempt is
-/// that attempt's error, like a returned code. Anything else thrown by an attempt, and anything
+/// that attempt's error, like a returned code. An exception the policy's `retry_if_exception`
+/// accepts (`coretry::retry_on<my_transient_error>()`) is a failed attempt with
+/// `errc::retryable_exception`, retried like any other; when the loop gives up after it,
+/// `retry_async` rethrows that exception and `async_retry` delivers the code, with the exception
+/// in `retry_stats::exception`. Anything else thrown by an attempt, and anything
 /// at all thrown by a predicate (`retry_if`, `retry_if_result`) or a hook (`on_retry`), is a bug
 /// rather than a failure worth retrying: the loop stops at once (no further attempt, no sleep),
 /// the operation completes exactly once with `errc::unexpected_exception`, and
@@ -46,12 +50,49 @@
 
 #include <coretry/detail/asio.hpp>
 #include <coretry/detail/braced_policy.hpp>
+#include <coretry/detail/fallback_op.hpp>
 #include <coretry/detail/retry_op.hpp>
 #include <coretry/policy.hpp>
 
+#include <type_traits>
 #include <utility>
 
 namespace coretry {
+
+/// A fallback, Polly's Fallback strategy: what an operation completes with when it gave up,
+/// instead of its error. Pass it after the policy (and the stats):
+/// `co_await coretry::retry_async(op, policy, coretry::fallback(cached))`, or
+/// `coretry::async_retry(ex, op, policy, coretry::fallback(f), token)`. `f` is
+/// - a value (anything not callable with a `const fallback_info&`), converting to the
+///   operation's result type `T`;
+/// - `f(const fallback_info&)` returning that value (`void` for an operation returning `void`);
+/// - `f(const fallback_info&)` returning `asio::awaitable<T>` (failing by throwing
+///   `std::system_error`), `asio::awaitable<std::tuple<std::error_code, T>>`, or a `deferred`
+///   operation;
+/// - `f(const fallback_info&, token)` initiating an asynchronous operation with the completion
+///   token and returning what the initiation returns, as a token-based attempt does.
+///
+/// It runs once, on the operation's executor, when the operation would fail: after the policy
+/// gave up (the last error, `attempts_exhausted`, `deadline_exceeded`, `circuit_open`, ...),
+/// after an error the policy does not retry, and after an exception it retried
+/// (`errc::retryable_exception`). Not on success; not when the loop returns the last result
+/// rejected by `retry_if_result` (a result, not a failure); not on cancellation
+/// (`asio::error::operation_aborted`, the group token's `errc::cancelled`: the operation
+/// completes cancelled; a cancellation through the caller's slot while the fallback runs reaches
+/// the fallback, the group token does not); and not for a
+/// bug (`errc::unexpected_exception`: an exception the policy does not retry, a hook that threw),
+/// which propagates as without a fallback. `fallback_info` tells it the error and the
+/// `retry_stats`, which keep saying why the loop stopped when the fallback succeeds. A fallback
+/// that fails completes the operation once with its failure: the error code it completes with
+/// or throws as `std::system_error`; anything else it throws is rethrown by `retry_async` and
+/// delivered as `errc::unexpected_exception` by `async_retry` (the exception in
+/// `retry_stats::exception`).
+///
+/// Cost: an operation with a fallback is awaited in one more coroutine frame (the fallback's
+/// state) and always takes the composed operation's path; one without a fallback is untouched.
+template <class F> fallback_t<std::decay_t<F>> fallback(F&& f) {
+  return {std::forward<F>(f)};
+}
 
 /// Retries `op` under `policy`, from inside a coroutine. `policy` is a `retry_policy`, which
 /// the operation copies (or moves), or a `shared_policy`, which it shares.
@@ -151,6 +192,71 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& 
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
       std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), &stats,
+      std::move(origin));
+}
+
+/// Retries `op` under `policy`, then, when it gave up, completes with `fb` (see `fallback`).
+/// \returns the operation's result, or the fallback's. \throws as `retry_async` without a
+/// fallback, for a cancellation or a bug; or what the fallback failed with.
+template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY, class F>
+requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+retry_async(Op op, Policy&& policy, fallback_t<F> fb) {
+  using value_type = detail::op_result_t<Op>;
+  detail::check_policy(policy);
+  detail::check_result_filter<value_type>(detail::policy_of(policy));
+  auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), true);
+  return detail::fallback_entry<Timer, value_type>(
+      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), std::move(fb.f),
+      nullptr, std::move(origin));
+}
+
+/// As above, and fills `stats` as the operation goes (the fallback sees the same object).
+/// `stats` must outlive the operation.
+template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY, class F>
+requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
+retry_async(Op op, Policy&& policy, retry_stats& stats, fallback_t<F> fb) {
+  using value_type = detail::op_result_t<Op>;
+  detail::check_policy(policy);
+  detail::check_result_filter<value_type>(detail::policy_of(policy));
+  auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), true);
+  return detail::fallback_entry<Timer, value_type>(
+      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), std::move(fb.f),
+      &stats, std::move(origin));
+}
+
+/// `async_retry` with a fallback (see `fallback`): the completion signature is
+/// `async_retry`'s, and carries the fallback's result when the operation gave up. The handler is
+/// called exactly once through its associated executor; terminal, partial and total
+/// cancellation through its slot reach the retry and the fallback. `executor` must convert to
+/// `asio::any_io_executor` (the fallback runs in a coroutine on it).
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class F, class CompletionToken>
+requires detail::policy_argument<Policy>
+auto async_retry(const Executor& executor, Op op, Policy&& policy, fallback_t<F> fb,
+                 CompletionToken&& token) {
+  using value_type = detail::op_result_t<Op>;
+  detail::check_policy(policy);
+  detail::check_result_filter<value_type>(detail::policy_of(policy));
+  auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), true);
+  return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
+      detail::initiate_fallback<Timer, value_type>{}, token, executor, std::move(op),
+      detail::held_policy_t<Policy>(std::forward<Policy>(policy)), std::move(fb.f),
+      static_cast<retry_stats*>(nullptr), std::move(origin));
+}
+
+/// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
+          class F, class CompletionToken>
+requires detail::policy_argument<Policy>
+auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& stats,
+                 fallback_t<F> fb, CompletionToken&& token) {
+  using value_type = detail::op_result_t<Op>;
+  detail::check_policy(policy);
+  detail::check_result_filter<value_type>(detail::policy_of(policy));
+  auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), true);
+  return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
+      detail::initiate_fallback<Timer, value_type>{}, token, executor, std::move(op),
+      detail::held_policy_t<Policy>(std::forward<Policy>(policy)), std::move(fb.f), &stats,
       std::move(origin));
 }
 

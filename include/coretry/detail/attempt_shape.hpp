@@ -19,6 +19,8 @@
 
 #include <coretry/attempt.hpp>
 #include <coretry/detail/asio.hpp>
+#include <coretry/error.hpp>
+#include <coretry/policy.hpp>
 
 #include <cstddef>
 #include <exception>
@@ -32,7 +34,8 @@ namespace coretry::detail {
 /// The one rule for what an attempt threw, on every path (the composed operation, the direct
 /// loop, the hedge, an `exception_ptr` completion): a `std::system_error` (either flavour's) is
 /// the attempt's error; anything else is kept as its exception, which ends the loop with
-/// `errc::unexpected_exception`. Call inside a `catch` block; `Out` has `error` and `exception`.
+/// `errc::unexpected_exception` unless `judge_exception` finds the policy retries it. Call
+/// inside a `catch` block; `Out` has `error` and `exception`.
 template <class Out> void take_current_exception(Out& out) noexcept {
   try {
     throw;
@@ -54,6 +57,35 @@ template <class Out> void take_exception(Out& out, std::exception_ptr e) noexcep
   } catch (...) {
     take_current_exception(out);
   }
+}
+
+/// The second half of the rule, asked by every loop (`loop_core::ended`, the hedge's
+/// `attempt_done`) once an attempt has ended: an exception kept in `out.exception` that
+/// `retry_policy::retry_if_exception` accepts makes the attempt a failure with
+/// `errc::retryable_exception`, and is returned (the loop keeps it for `retry_stats::exception`
+/// and `surface_exception`); one it refuses stays, a bug that ends the loop; a predicate that
+/// throws puts what it threw in its place. Returns null when nothing was retried.
+template <class Out>
+std::exception_ptr judge_exception(const retry_policy& p, Out& out) noexcept {
+  if (!out.exception || !p.retry_if_exception)
+    return nullptr;
+  try {
+    if (!p.retry_if_exception(out.exception))
+      return nullptr;
+  } catch (...) {
+    out.exception = std::current_exception();
+    return nullptr;
+  }
+  out.error = errc::retryable_exception;
+  return std::exchange(out.exception, nullptr);
+}
+
+/// When an operation ends reporting `errc::retryable_exception` (its last attempt threw an
+/// exception the policy retried), `kept` is that exception: it goes into `out.exception`, which
+/// the awaitable front ends rethrow and the token front ends ignore (they deliver the code).
+template <class Out> void surface_exception(Out& out, const std::exception_ptr& kept) noexcept {
+  if (kept && !out.exception && out.error == errc::retryable_exception)
+    out.exception = kept;
 }
 
 template <class Op> decltype(auto) call_op(Op& op, attempt_context& ctx) {

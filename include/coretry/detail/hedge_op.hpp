@@ -181,6 +181,8 @@ public:
       out.error = errc::deadline_exceeded;
       out.exception = nullptr;
     }
+    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
+    std::exception_ptr retried = judge_exception(policy_, out);
     const bool abandoned = sl.cut == hedge_cut::lost;
     if (!abandoned && !out.exception && !out.error && policy_.result_filter) {
       try {
@@ -210,8 +212,11 @@ public:
       maybe_complete();
       return;
     }
-    if (out.error && stats_)
+    if (out.error && stats_) {
       stats_->last_error = out.error;
+      if (stats_->reason != errc::unexpected_exception)
+        stats_->exception = retried;
+    }
     if (finishing_) { // cut by the deadline: the outcome is decided already
       maybe_complete();
       return;
@@ -225,11 +230,14 @@ public:
       if (stats_) {
         stats_->winner = sl.number;
         stats_->last_error = {};
+        stats_->exception = nullptr;
       }
       finish(); // a success: every other attempt is abandoned
       return;
     }
     last_error_ = out.error;
+    if (retried)
+      last_exception_ = std::move(retried);
     if (out.error == errc::result_rejected) {
       move_into(last_rejected_, out.value);
       rejected_by_ = sl.number;
@@ -571,6 +579,7 @@ private:
     if (!finishing_ || in_flight_ > 0 || completed_)
       return;
     completed_ = true;
+    surface_exception(result_, last_exception_); // hedge_async rethrows it
     hedge_timer_.cancel();
     if (deadline_timer_)
       deadline_timer_->cancel();
@@ -627,6 +636,7 @@ private:
   loop_result<T> result_;
   std::optional<stored_t<T>> last_rejected_; ///< the last result `retry_if_result` rejected
   std::error_code last_error_;
+  std::exception_ptr last_exception_; ///< the last exception `retry_if_exception` accepted
   std::error_code pending_trigger_;
   nanoseconds start_{0};
   op_origin origin_; ///< read at the call; moved into the schedule by start()

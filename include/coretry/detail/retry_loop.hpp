@@ -230,6 +230,8 @@ public:
       result_.error = by_deadline_ ? errc::deadline_exceeded : errc::attempt_timeout;
       result_.exception = nullptr;
     }
+    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
+    std::exception_ptr retried = judge_exception(policy_, result_);
     if (!result_.exception && !result_.error && policy_.result_filter) {
       try {
         if (policy_.result_filter->call(&*result_.value))
@@ -261,14 +263,20 @@ public:
       return next_step::done;
     }
     if (!result_.error) {
-      if (stats_)
+      if (stats_) {
         stats_->last_error = {};
+        stats_->exception = nullptr;
+      }
       return next_step::done;
     }
 
     // A failed attempt.
-    if (stats_)
+    if (stats_) {
       stats_->last_error = result_.error;
+      stats_->exception = retried;
+    }
+    if (retried)
+      last_exception_ = std::move(retried);
     if (cancelled) {
       exit::abort(result_, stats_, policy_);
       return next_step::done;
@@ -324,6 +332,7 @@ public:
 
   /// The loop is over: the stats and the observer hear how it went.
   void finish() {
+    surface_exception(result_, last_exception_); // the awaitable front ends rethrow it
     if (stats_)
       stats_->elapsed = read_clock<Clock>(clocked_) - start_;
     if (policy_.observer)
@@ -349,6 +358,7 @@ private:
   schedule sched_;
   loop_result<T> result_; ///< the attempt in hand, and in the end what is reported
   std::error_code last_error_;
+  std::exception_ptr last_exception_; ///< the last exception `retry_if_exception` accepted
   // The reservations (reservation.hpp): each settles once, on whatever path leaves the loop.
   send_token token_;    ///< from `rate_limit`, for the next attempt
   retry_charge charge_; ///< the retry the budget granted, until it is sent

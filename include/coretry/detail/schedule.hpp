@@ -190,6 +190,7 @@ public:
     if (coretry::detail::is_aborted(ec) || ec == errc::cancelled)
       return false;
     return ec == errc::result_rejected || ec == errc::attempt_timeout ||
+           ec == errc::retryable_exception ||
            (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));
   }
 
