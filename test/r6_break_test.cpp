@@ -157,3 +157,81 @@ TEST_CASE("an async_retry with a fallback whose caller's slot is cancelled befor
   CHECK(op.calls == 0);
   CHECK(called == 0);
 }
+
+namespace {
+
+/// Counts what passes through a `tally_allocator` and its copies.
+struct tally {
+  int allocations = 0;
+};
+
+template <class T> struct tally_allocator {
+  using value_type = T;
+  std::shared_ptr<tally> t;
+  explicit tally_allocator(std::shared_ptr<tally> x) noexcept : t(std::move(x)) {}
+  template <class U> tally_allocator(const tally_allocator<U>& o) noexcept : t(o.t) {}
+  T* allocate(std::size_t n) {
+    ++t->allocations;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  template <class U> bool operator==(const tally_allocator<U>& o) const noexcept {
+    return t == o.t;
+  }
+};
+
+/// A token attempt that fails with `refused` twice, then gives 30; counts in `ours` the attempts
+/// whose handler carried the tally allocator.
+auto token_attempt(asio::io_context& io, const std::shared_ptr<tally>& t, int& started, int& ours) {
+  return [&io, t, &started, &ours](auto&& token) {
+    const int n = ++started;
+    return asio::async_initiate<decltype(token), void(std::error_code, int)>(
+        [&io, t, &ours, n](auto handler) {
+          const auto a = asio::get_associated_allocator(handler);
+          if constexpr (requires { a.t; })
+            if (a.t == t)
+              ++ours;
+          asio::post(io, [h = std::move(handler), n]() mutable {
+            std::move(h)(coretry::detail::to_asio_error(n < 3 ? refused : std::error_code{}),
+                         n * 10);
+          });
+        },
+        token);
+  };
+}
+
+} // namespace
+
+TEST_CASE("async_retry with a fallback still hands its handler's allocator to the attempts and "
+          "sleeps, as without one" *
+          doctest::may_fail()) {
+  // docs/core.md: on the composed path every handler the operation gives Asio (each sleep's
+  // wait, a token attempt's handler, the completion) carries a copy of the handler's associated
+  // allocator. With a fallback, async_retry runs the retry inside co_spawn with the coroutine's
+  // own token (attempt_token() and handler_executor{}): the caller's allocator is dropped, and
+  // neither the attempts nor the sleeps see it.
+  for (int with_fallback = 0; with_fallback < 2; ++with_fallback) {
+    CAPTURE(with_fallback);
+    manual_clock::reset();
+    asio::io_context io;
+    auto t = std::make_shared<tally>();
+    int started = 0, ours = 0, calls = 0, value = 0;
+    auto handler = asio::bind_allocator(tally_allocator<void>(t), [&](std::error_code, int v) {
+      ++calls;
+      value = v;
+    });
+    const retry_policy p{.max_attempts = 5, .backoff = coretry::backoff::fixed(10ms)};
+    if (with_fallback)
+      coretry::async_retry<manual_timer>(io.get_executor(), token_attempt(io, t, started, ours), p,
+                                         coretry::fallback(-1), handler);
+    else
+      coretry::async_retry<manual_timer>(io.get_executor(), token_attempt(io, t, started, ours), p,
+                                         handler);
+    drive(io, [&] { return calls > 0; });
+    drive(io, [] { return false; });
+    REQUIRE(calls == 1);
+    CHECK(value == 30);
+    CHECK(ours == 3);           // every attempt's handler carried the caller's allocator
+    CHECK(t->allocations >= 4); // at least the two sleeps' waits and posts
+  }
+}
