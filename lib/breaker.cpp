@@ -175,12 +175,20 @@ detail::call_window_sums circuit_breaker::window_sums(nanoseconds now) const noe
   return {window_successes_->sum(now), window_failures_->sum(now), window_slow_->sum(now)};
 }
 
+/// The outcomes a ratio needs in the window before it is judged: `minimum_throughput`, or the
+/// whole count window when it holds fewer (as resilience4j does), so that a count window smaller
+/// than the minimum still opens.
+static std::uint64_t minimum_calls(const circuit_breaker_options& o, bool count_window) noexcept {
+  return count_window ? std::min<std::uint64_t>(o.minimum_throughput, o.window_calls)
+                      : o.minimum_throughput;
+}
+
 bool circuit_breaker::ratio_tripped(nanoseconds now) const noexcept {
   if (options_.failure_ratio == 0)
     return false;
   const auto sums = window_sums(now);
   const std::uint64_t total = sums.failures + sums.successes;
-  return total >= options_.minimum_throughput &&
+  return total >= minimum_calls(options_, calls_ != nullptr) &&
          static_cast<double>(sums.failures) >= options_.failure_ratio * static_cast<double>(total);
 }
 
@@ -189,7 +197,7 @@ bool circuit_breaker::slow_tripped(nanoseconds now) const noexcept {
     return false;
   const auto sums = window_sums(now);
   const std::uint64_t total = sums.failures + sums.successes;
-  return total >= options_.minimum_throughput &&
+  return total >= minimum_calls(options_, calls_ != nullptr) &&
          static_cast<double>(sums.slow) >= options_.slow_call_ratio * static_cast<double>(total);
 }
 
@@ -332,7 +340,9 @@ void circuit_breaker::succeed(nanoseconds now, bool slow) noexcept {
   std::uint64_t w = word_.load(std::memory_order_acquire);
   if (state_of(w) == breaker_state::closed) {
     count_outcome(now, false, slow);
-    if (slow && slow_tripped(now)) {
+    // Judged after every outcome, fast ones included: a fast call may be the one that brings
+    // the window to its minimum.
+    if (slow_tripped(now)) {
       trip(now);
       return;
     }
@@ -389,7 +399,7 @@ void circuit_breaker::on_failure(nanoseconds now) noexcept {
       const std::uint64_t run = std::min<std::uint64_t>(payload_of(w) + 1, 0xffffffffu);
       const bool trip =
           (options_.consecutive_failures != 0 && run >= options_.consecutive_failures) ||
-          ratio_tripped(now);
+          ratio_tripped(now) || slow_tripped(now);
       if (!trip) {
         next = make_word(breaker_state::closed, run);
         break;

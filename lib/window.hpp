@@ -164,55 +164,64 @@ struct call_window_sums {
 };
 
 /// The circuit breaker's count-based window: the last `size` outcomes, one atomic byte each in a
-/// ring. Each outcome takes the next slot (one fetch-and-add) and overwrites the oldest; the sums
-/// are read by scanning the ring, so no count can drift from what the slots hold.
+/// ring, with running totals. Each outcome takes the next slot (one fetch-and-add), swaps out the
+/// oldest and moves the totals by the difference, so reading the sums costs three loads whatever
+/// the size. Under concurrent adds a read may see one add's totals half moved; it never drifts.
 class call_window {
 public:
   enum : std::uint8_t { empty = 0, success = 1, slow = 2, failure = 3 };
 
   explicit call_window(unsigned size)
       : size_(size), slots_(std::make_unique<std::atomic<std::uint8_t>[]>(size)) {
-    clear();
+    for (unsigned i = 0; i < size_; ++i)
+      slots_[i].store(empty, std::memory_order_relaxed);
   }
 
   /// Counts one outcome (`success`, `slow` or `failure`), forgetting the oldest.
   void add(std::uint8_t kind) noexcept {
     const std::uint64_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    slots_[static_cast<std::size_t>(i % size_)].store(kind, std::memory_order_release);
+    const std::uint8_t old =
+        slots_[static_cast<std::size_t>(i % size_)].exchange(kind, std::memory_order_acq_rel);
+    move(kind, 1);
+    move(old, -1);
   }
 
   using sums = call_window_sums;
-  sums sum() const noexcept {
-    sums s;
-    for (unsigned i = 0; i < size_; ++i) {
-      switch (slots_[i].load(std::memory_order_acquire)) {
-      case success:
-        ++s.successes;
-        break;
-      case slow:
-        ++s.successes;
-        ++s.slow;
-        break;
-      case failure:
-        ++s.failures;
-        break;
-      default:
-        break;
-      }
-    }
-    return s;
-  }
+  sums sum() const noexcept { return {read(successes_), read(failures_), read(slow_)}; }
 
   /// Forgets every outcome.
   void clear() noexcept {
     for (unsigned i = 0; i < size_; ++i)
-      slots_[i].store(empty, std::memory_order_release);
+      move(slots_[i].exchange(empty, std::memory_order_acq_rel), -1);
   }
 
 private:
+  void move(std::uint8_t kind, std::int64_t by) noexcept {
+    switch (kind) {
+    case slow:
+      slow_.fetch_add(by, std::memory_order_relaxed);
+      [[fallthrough]];
+    case success:
+      successes_.fetch_add(by, std::memory_order_relaxed);
+      break;
+    case failure:
+      failures_.fetch_add(by, std::memory_order_relaxed);
+      break;
+    default:
+      break;
+    }
+  }
+  static std::uint64_t read(const std::atomic<std::int64_t>& n) noexcept {
+    const std::int64_t v = n.load(std::memory_order_relaxed);
+    return v > 0 ? static_cast<std::uint64_t>(v) : 0; // a concurrent add half moved
+  }
+
   unsigned size_;
   std::unique_ptr<std::atomic<std::uint8_t>[]> slots_;
   std::atomic<std::uint64_t> next_{0};
+  std::atomic<std::int64_t> successes_{0};
+  std::atomic<std::int64_t> failures_{0};
+  std::atomic<std::int64_t> slow_{0};
 };
 
 } // namespace coretry::detail

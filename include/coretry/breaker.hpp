@@ -52,7 +52,9 @@ struct circuit_breaker_options {
   /// with at least `minimum_throughput` outcomes seen. In [0, 1]; 0: this trigger is off.
   double failure_ratio = 0.5;
   /// Outcomes the window must hold before either ratio (`failure_ratio`, `slow_call_ratio`)
-  /// applies: resilience4j's `minimumNumberOfCalls`. At least 1.
+  /// applies: resilience4j's `minimumNumberOfCalls`. At least 1. A count window smaller than it
+  /// (`window_calls`) is judged once full, as resilience4j does. Both ratios are judged after
+  /// every outcome counted while closed.
   unsigned minimum_throughput = 20;
   /// How far back `failure_ratio` looks. Positive.
   std::chrono::nanoseconds window = std::chrono::seconds(10);

@@ -51,8 +51,10 @@ void apply_registry(const client& c, const request& req, coretry::retry_policy& 
 void refuse_hedge(const request& req) {
   throw std::invalid_argument(
       "coretry::curl::hedge: a " + req.method + " request to " + url_value(req.url) +
-      " is not idempotent and hedging sends it several times at once; add an Idempotency-Key "
-      "header that the server honours, or send it with coretry::curl::retry");
+      " may not be sent more than once (its method is not among the retry rules' "
+      "allowed_methods, by default the idempotent ones) and hedging sends it several times at "
+      "once; add an Idempotency-Key header that the server honours, or send it with "
+      "coretry::curl::retry");
 }
 
 asio::awaitable<response> retry_compiled(client& c, request req, coretry::retry_policy policy) {

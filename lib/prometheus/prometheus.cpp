@@ -60,6 +60,8 @@ const char* errc_name(errc e) {
     return "rate_limited";
   case errc::throttled_locally:
     return "throttled_locally";
+  case errc::retryable_exception:
+    return "retryable_exception";
   }
   return "unknown";
 }

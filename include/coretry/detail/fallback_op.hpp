@@ -158,11 +158,25 @@ template <class Timer, class T> struct initiate_fallback {
         retry_then_fallback<Timer, T>(std::move(op), std::move(policy), std::move(f), stats,
                                       std::move(origin), true),
         asio::bind_cancellation_slot(
-            slot, asio::bind_executor(hex, [h = std::forward<Handler>(handler)](
+            slot, asio::bind_executor(hex, [h = std::forward<Handler>(handler), stats](
                                                std::exception_ptr e, loop_result<T> r) mutable {
               if (e) { // the coroutine could not run at all
                 r.value.reset();
                 r.error = errc::unexpected_exception;
+                try {
+                  std::rethrow_exception(e);
+                } catch (const asio_system_error& x) {
+                  // Cancelled through the caller's slot before it started: co_spawn threw
+                  // operation_aborted into it. Nothing ran; it ends as a cancellation.
+                  if (is_aborted(x.code()))
+                    r.error = aborted_error();
+                } catch (...) {
+                }
+                if (stats) {
+                  stats->reason = r.error;
+                  if (r.error == errc::unexpected_exception)
+                    stats->exception = e;
+                }
               }
               // Cleared here, on the handler's executor, where the caller emits into it.
               auto user_slot = asio::get_associated_cancellation_slot(h);
