@@ -330,7 +330,9 @@ void circuit_breaker::on_outcome(health h, nanoseconds now, nanoseconds duration
     attempt_gate::on_outcome(h, now, duration);
 }
 
-void circuit_breaker::on_success(nanoseconds now) noexcept { succeed(now, false); }
+void circuit_breaker::on_success(nanoseconds now) noexcept {
+  succeed(now, false);
+}
 
 void circuit_breaker::succeed(nanoseconds now, bool slow) noexcept {
   release_slot();

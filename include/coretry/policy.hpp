@@ -303,9 +303,7 @@ template <class E, class... Rest> bool thrown_one_of(const std::exception_ptr& e
 /// `retry_policy p{.retry_if_exception = coretry::retry_on<my_transient_error>()};`
 template <class... E> std::function<bool(const std::exception_ptr&)> retry_on() {
   static_assert(sizeof...(E) > 0, "coretry::retry_on: name at least one exception type");
-  return [](const std::exception_ptr& e) -> bool {
-    return e && detail::thrown_one_of<E...>(e);
-  };
+  return [](const std::exception_ptr& e) -> bool { return e && detail::thrown_one_of<E...>(e); };
 }
 
 /// What a fallback is told: why the operation gave up.

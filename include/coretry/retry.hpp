@@ -167,7 +167,8 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken = asio::default_completion_token_t<Executor>>
 requires detail::policy_argument<Policy> && detail::token_for<CompletionToken, Op>
-auto async_retry(const Executor& executor, Op op, Policy&& policy, CompletionToken&& token = CompletionToken()) {
+auto async_retry(const Executor& executor, Op op, Policy&& policy,
+                 CompletionToken&& token = CompletionToken()) {
   using value_type = detail::op_result_t<Op>;
   detail::check_policy(policy);
   detail::check_result_filter<value_type>(detail::policy_of(policy));

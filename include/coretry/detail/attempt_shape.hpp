@@ -65,8 +65,7 @@ template <class Out> void take_exception(Out& out, std::exception_ptr e) noexcep
 /// `errc::retryable_exception`, and is returned (the loop keeps it for `retry_stats::exception`
 /// and `surface_exception`); one it refuses stays, a bug that ends the loop; a predicate that
 /// throws puts what it threw in its place. Returns null when nothing was retried.
-template <class Out>
-std::exception_ptr judge_exception(const retry_policy& p, Out& out) noexcept {
+template <class Out> std::exception_ptr judge_exception(const retry_policy& p, Out& out) noexcept {
   if (!out.exception || !p.retry_if_exception)
     return nullptr;
   try {

@@ -158,8 +158,8 @@ template <class Timer, class T> struct initiate_fallback {
         retry_then_fallback<Timer, T>(std::move(op), std::move(policy), std::move(f), stats,
                                       std::move(origin), true),
         asio::bind_cancellation_slot(
-            slot, asio::bind_executor(hex, [h = std::forward<Handler>(handler), stats](
-                                               std::exception_ptr e, loop_result<T> r) mutable {
+            slot, asio::bind_executor(hex, [h = std::forward<Handler>(handler),
+                                            stats](std::exception_ptr e, loop_result<T> r) mutable {
               if (e) { // the coroutine could not run at all
                 r.value.reset();
                 r.error = errc::unexpected_exception;

@@ -62,7 +62,7 @@ template <class T> struct hedge_outcome {
   std::exception_ptr exception;
   int http_status = 0; ///< what the attempt told its context, for the observer
   std::string_view http_method{};
-  nanoseconds retry_after{}; ///< the server's hint: it makes a failure a push-back
+  nanoseconds retry_after{};     ///< the server's hint: it makes a failure a push-back
   std::error_code health_code{}; ///< `attempt_context::health_code`, for the breaker
 };
 
@@ -143,9 +143,9 @@ public:
     started_ = true;
     // In retry_op's order: link to the group, then the budget and the observer hear of the
     // operation, then a cancellation that came first ends it.
-    const bool cancelled = cancel_requested_ || cancel_seen_.load(std::memory_order_acquire) ||
-                           (policy_.cancellation.can_be_cancelled() &&
-                                                 !policy_.cancellation.attach(*this));
+    const bool cancelled =
+        cancel_requested_ || cancel_seen_.load(std::memory_order_acquire) ||
+        (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this));
     if (policy_.budget)
       policy_.budget->on_request(start_);
     if (policy_.observer)
@@ -394,9 +394,13 @@ private:
       if (stats_)
         ++stats_->abandoned; // as the observer hears it
       if (policy_.observer)
-        emit(*policy_.observer,
-             attempt_finished_event{policy_.label, sl.number, nanoseconds{0}, aborted_error(),
-                                    attempt_outcome::abandoned, 0, {}});
+        emit(*policy_.observer, attempt_finished_event{policy_.label,
+                                                       sl.number,
+                                                       nanoseconds{0},
+                                                       aborted_error(),
+                                                       attempt_outcome::abandoned,
+                                                       0,
+                                                       {}});
       finish_abort();
       return false;
     }
@@ -651,7 +655,7 @@ private:
   bool finishing_ = false;
   bool completed_ = false;
   bool pacing_ = false;
-  send_token token_;             ///< reserved from `rate_limit` for the next attempt
+  send_token token_; ///< reserved from `rate_limit` for the next attempt
   /// Set, from any thread, by the caller's slot or the group token before they post `cancel`:
   /// `launch` sends no attempt once it is set.
   std::atomic<bool> cancel_seen_{false};

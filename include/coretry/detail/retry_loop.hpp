@@ -244,9 +244,9 @@ public:
     // decision below alike; a predicate that throws makes it abandoned, and ends the loop.
     // Cancellation wins over whatever the attempt reported.
     std::exception_ptr thrown;
-    const attempt_class verdict_of = sched_.classify(
-        result_.error, timer_cut, cancelled || result_.exception, thrown, ctx_.retry_after(),
-        ctx_.health_code());
+    const attempt_class verdict_of =
+        sched_.classify(result_.error, timer_cut, cancelled || result_.exception, thrown,
+                        ctx_.retry_after(), ctx_.health_code());
     if (thrown && !result_.exception)
       result_.exception = std::move(thrown);
     if (policy_.breaker || policy_.rate_limit || policy_.budget)

@@ -65,8 +65,7 @@ template <class T> using error_signature_t = typename signatures<T>::error;
 /// on its initiating functions. An argument that is no token (a `retry_stats`, say) then picks
 /// the other overload, and a handler of the wrong signature is refused at the call.
 template <class CompletionToken, class Op>
-concept token_for =
-    asio::completion_token_for<CompletionToken, error_signature_t<op_result_t<Op>>>;
+concept token_for = asio::completion_token_for<CompletionToken, error_signature_t<op_result_t<Op>>>;
 
 template <class T> delivered_t<T> take_value(loop_result<T>& r) {
   if constexpr (std::is_same_v<delivered_t<T>, T>)
