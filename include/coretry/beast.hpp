@@ -21,9 +21,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <tuple>
 #include <typeinfo>
@@ -34,7 +37,9 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -54,16 +59,112 @@ struct endpoint {
 
 namespace detail {
 
+/// The most bytes an exchange buffers at once: a status line and fields (Beast's parser stops at
+/// 8 KiB of them), a chunk header with its extensions, or a trailer. Beast 1.81 bounds neither
+/// chunk extensions nor trailers itself: a server sending an endless one meets this bound
+/// (`http::error::buffer_overflow`) instead of growing the client's memory.
+inline constexpr std::size_t exchange_buffer_limit = 64 * 1024;
+
+/// The most interim (1xx but 101) responses an exchange reads before the final one; one more
+/// ends the exchange with `http::error::header_limit`.
+inline constexpr unsigned max_interim_responses = 8;
+
 /// What one exchange owns, at a stable address: Beast's reads and writes keep references to the
-/// buffer and the message while they run.
+/// buffer and the parser while they run.
 template <class ResponseBody> struct exchange_state {
   explicit exchange_state(const asio::any_io_executor& ex) : resolver(ex), stream(ex) {}
 
   asio::ip::tcp::resolver resolver;
   ::boost::beast::tcp_stream stream;
-  ::boost::beast::flat_buffer buffer;
-  http::response<ResponseBody> response;
+  ::boost::beast::flat_buffer buffer{exchange_buffer_limit};
+  /// The response being read: a fresh parser for each response (an interim one is dropped),
+  /// which Beast cannot move, hence emplaced here.
+  std::optional<http::response_parser<ResponseBody>> parser;
 };
+
+/// The value of a refused field in a message: quoted, control characters escaped, cut after 64
+/// characters, so that the message stays one line (as coretry::curl writes its values).
+inline std::string escaped(std::string_view v) {
+  constexpr std::size_t limit = 64;
+  std::string out = "\"";
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(v[i]);
+    if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += v.size() > limit ? "\"..." : "\"";
+  return out;
+}
+
+/// RFC 9110's token: one or more tchar.
+inline bool is_token(std::string_view s) noexcept {
+  if (s.empty())
+    return false;
+  for (const char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
+[[noreturn]] inline void bad_request(const char* where, const std::string& field,
+                                     const std::string& value, const std::string& rule) {
+  throw std::invalid_argument(std::string(where) + ": request." + field + " = " + value + " (" +
+                              rule + ")");
+}
+
+/// Refuses a request Beast would write as something else: Beast 1.81 writes the method, the
+/// target and the fields as they are, so a CR or LF in one of them ends the line early and what
+/// follows is read by the server as more fields or a second request. The method and each field
+/// name must be tokens, the target must hold no control character, space or DEL, and each field
+/// value no CR, LF or NUL. Fields are named by their place in the request (`fields[2]`). The
+/// target is shown without its query, which may hold a credential.
+template <class RequestBody, class Fields>
+void validate_request(const http::request<RequestBody, Fields>& req, const char* where) {
+  const auto method = req.method_string();
+  if (!is_token(std::string_view(method.data(), method.size())))
+    bad_request(where, "method", escaped(std::string_view(method.data(), method.size())),
+                "must be a non-empty HTTP token");
+  const auto t = req.target();
+  const std::string_view target(t.data(), t.size());
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    const auto c = static_cast<unsigned char>(target[i]);
+    if (c <= 0x20 || c == 0x7f) {
+      const auto query = target.find_first_of("?#");
+      const std::string shown =
+          query < i ? escaped(target.substr(0, query)) + " (query not shown)" : escaped(target);
+      bad_request(where, "target", shown,
+                  "must not contain control characters, spaces or DEL: " +
+                      escaped(target.substr(i, 1)) + " at offset " + std::to_string(i));
+    }
+  }
+  std::size_t index = 0;
+  for (const auto& f : req) {
+    const std::string field = "fields[" + std::to_string(index++) + "]";
+    const auto n = f.name_string();
+    const std::string_view name(n.data(), n.size());
+    if (!is_token(name))
+      bad_request(where, field + ".name", escaped(name), "must be a non-empty HTTP token");
+    const auto v = f.value();
+    const std::string_view value(v.data(), v.size());
+    if (value.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
+      bad_request(where, field + ".value", escaped(value), "must not contain CR, LF or NUL");
+  }
+}
 
 /// Installed in the exchange's cancellation slot while one of its steps is pending: cancels the
 /// resolver and closes the socket, so the pending step completes with `operation_aborted`
@@ -86,7 +187,8 @@ public:
   using response_type = http::response<ResponseBody>;
 
   exchange_op(const asio::any_io_executor& ex, const endpoint& where, const request_type& req)
-      : st_(std::make_unique<exchange_state<ResponseBody>>(ex)), where_(&where), req_(&req) {}
+      : st_(std::make_unique<exchange_state<ResponseBody>>(ex)), where_(&where), req_(&req),
+        head_(req.method() == http::verb::head) {}
 
   template <class Self> void operator()(Self& self) {
     auto& st = *st_;
@@ -117,17 +219,38 @@ public:
   template <class Self> void operator()(Self& self, ::boost::system::error_code ec, std::size_t) {
     if (stopped(self, ec))
       return;
-    auto& st = *st_;
     if (writing_) {
       writing_ = false;
-      arm(self);
-      http::async_read(st.stream, st.buffer, st.response, unbound(std::move(self)));
+      read(self);
+      return;
+    }
+    // An interim response (103 Early Hints, a 100 Continue nobody asked for) is not the answer:
+    // the final one follows on the same connection. 101 ends the exchange as any final status.
+    const unsigned status = st_->parser->get().result_int();
+    if (status >= 100 && status < 200 && status != 101) {
+      if (++interim_ > max_interim_responses) {
+        finish(self, http::error::header_limit);
+        return;
+      }
+      read(self);
       return;
     }
     finish(self, {});
   }
 
 private:
+  // Reads one response with a parser of its own, into the buffer the previous one may have left
+  // bytes in. The response to a HEAD has fields that describe a body it does not carry (RFC 9110
+  // 9.3.2): its parser is told to expect none.
+  template <class Self> void read(Self& self) {
+    auto& st = *st_;
+    st.parser.emplace();
+    if (head_)
+      st.parser->skip(true);
+    arm(self);
+    http::async_read(st.stream, st.buffer, *st.parser, unbound(std::move(self)));
+  }
+
   // The slot is the composed operation's own (Asio clears it on every step): refilled before each
   // step starts, and the step itself gets no slot, so nothing replaces the handler.
   template <class Self> void arm(Self& self) {
@@ -155,7 +278,7 @@ private:
   // Nothing is pending here: the connection is released before the handler runs, so the next
   // attempt it may start never overlaps this one's socket.
   template <class Self> void finish(Self& self, ::boost::system::error_code ec) {
-    response_type res = ec ? response_type{} : std::move(st_->response);
+    response_type res = ec ? response_type{} : st_->parser->release();
     ::boost::system::error_code ignored;
     st_->stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     st_.reset();
@@ -165,8 +288,21 @@ private:
   std::unique_ptr<exchange_state<ResponseBody>> st_;
   const endpoint* where_;
   const request_type* req_;
+  bool head_;
   bool writing_ = false;
+  unsigned interim_ = 0;
 };
+
+/// `async_exchange` without the check of the request: `retry`'s attempts, whose request was
+/// checked once at the call.
+template <class ResponseBody, class RequestBody, class Fields, class CompletionToken>
+auto async_exchange_checked(const asio::any_io_executor& ex, const endpoint& where,
+                            const http::request<RequestBody, Fields>& req,
+                            CompletionToken&& token) {
+  return asio::async_compose<CompletionToken,
+                             void(::boost::system::error_code, http::response<ResponseBody>)>(
+      exchange_op<RequestBody, Fields, ResponseBody>(ex, where, req), token, ex);
+}
 
 } // namespace detail
 
@@ -175,14 +311,24 @@ private:
 /// closed before the handler runs. One exchange is one coretry attempt (see `retry`).
 ///
 /// `where` and `req` must stay valid until the handler is called. The response is read with
-/// Beast's default parser limits (8 MiB of body). No timeout of its own: a retry loop times
-/// the attempt (`retry_policy::attempt_timeout`) through the cancellation slot.
+/// Beast's default parser limits (8 KiB of status line and fields, 8 MiB of body) and at most
+/// 64 KiB buffered at once (a chunk header with its extensions, a trailer); the response to a
+/// HEAD request is read without a body. Interim responses (1xx but 101: 103 Early Hints, 100
+/// Continue) are read and dropped, up to 8; the final response is the one delivered. No timeout
+/// of its own: a retry loop times the attempt (`retry_policy::attempt_timeout`) through the
+/// cancellation slot.
+///
+/// \throws std::invalid_argument at the call, naming the field and its value, for a request
+/// Beast would not write as it is meant: a method or a field name that is not an HTTP token, a
+/// target with a control character, a space or DEL, a field value with CR, LF or NUL.
 ///
 /// @par Completion Signature
 /// `void(boost::system::error_code, http::response<ResponseBody>)`: resolver, socket and Beast
 /// errors as Beast reports them (`http::error::end_of_stream` when the server closed without
-/// answering), `asio::error::operation_aborted` when cancelled; the response is empty with an
-/// error. An HTTP error status is a response, not an error.
+/// answering; `http::error::buffer_overflow`, `header_limit` or `body_limit` past a limit, and
+/// `header_limit` after a ninth interim response), `asio::error::operation_aborted` when
+/// cancelled; the response is empty with an error. An HTTP error status is a response, not an
+/// error.
 ///
 /// @par Per-Operation Cancellation
 /// Terminal cancellation through the handler's associated slot, in any step: the resolver is
@@ -194,9 +340,9 @@ template <class ResponseBody = http::string_body, class RequestBody, class Field
           class CompletionToken>
 auto async_exchange(const asio::any_io_executor& ex, const endpoint& where,
                     const http::request<RequestBody, Fields>& req, CompletionToken&& token) {
-  return asio::async_compose<CompletionToken,
-                             void(::boost::system::error_code, http::response<ResponseBody>)>(
-      detail::exchange_op<RequestBody, Fields, ResponseBody>(ex, where, req), token, ex);
+  detail::validate_request(req, "coretry::beast::async_exchange");
+  return detail::async_exchange_checked<ResponseBody>(ex, where, req,
+                                                      std::forward<CompletionToken>(token));
 }
 
 namespace detail {
@@ -206,12 +352,18 @@ namespace detail {
 /// `coretry::http::retry_rules`' counts it spends: `connect` when the request never left (refused,
 /// unreachable, a name that did not resolve when `retry_dns_failures` is set), `read` when it may
 /// have reached the server (reset, closed without a reply, a response cut short, an attempt timed
-/// out). Anything else (a malformed response, a name that does not resolve by default) is final.
+/// out). Anything else (a malformed response, a response past a limit of the exchange, a name
+/// that does not resolve by default) is final.
 inline std::optional<coretry::http::failure_kind>
 transport_failure(const std::error_code& ec, const coretry::http::retry_rules& rules) {
   using kind = coretry::http::failure_kind;
   namespace aerr = asio::error;
   auto is = [&ec](auto e) { return ec == std::error_code(::boost::system::error_code(e)); };
+  // A response too large for the exchange's buffer or the parser's limits would be as large
+  // again: final, never a read failure.
+  if (is(http::error::buffer_overflow) || is(http::error::header_limit) ||
+      is(http::error::body_limit))
+    return std::nullopt;
   if (ec == std::errc::connection_refused || ec == std::errc::network_unreachable ||
       ec == std::errc::host_unreachable)
     return kind::connect;
@@ -265,7 +417,7 @@ template <class ResponseBody, class RequestBody, class Fields> struct http_attem
             auto& self, ::boost::system::error_code ec = {}, response_type r = {}) mutable {
           if (!started) {
             started = true;
-            async_exchange<ResponseBody>(ex, st->where, st->req, std::move(self));
+            async_exchange_checked<ResponseBody>(ex, st->where, st->req, std::move(self));
             return;
           }
           st->last_status = ec ? 0u : r.result_int();
@@ -322,14 +474,20 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
       return coretry::http::is_retryable_status(r.result_int(), st->rules);
     });
   // A retryable status past `retry_rules::status_retries` is a final answer, as one outside the
-  // list is, whichever filter rejected it. The filter runs once per response: each rejection
-  // counts once. (A filter on another type is refused at the call by the loop.)
+  // list is, whichever filter rejected it. The filter runs once per response: each rejected
+  // status counts once. Only a status the rules retry counts, as coretry::curl (and urllib3)
+  // count: a response the caller's own filter rejects (a 404 "not yet", a 200 "pending") is not
+  // limited by status_retries. (A filter on another type is refused at the call by the loop.)
   if (*p.result_filter->type == typeid(response_type)) {
     p.result_filter =
         std::make_shared<const coretry::detail::result_predicate>(coretry::detail::result_predicate{
             p.result_filter->type, [filter = p.result_filter, st](const void* v) {
-              return filter->call(v) &&
-                     st->counts.record(coretry::http::failure_kind::status, st->rules);
+              if (!filter->call(v))
+                return false;
+              const auto& r = *static_cast<const response_type*>(v);
+              if (!coretry::http::is_retryable_status(r.result_int(), st->rules))
+                return true;
+              return st->counts.record(coretry::http::failure_kind::status, st->rules);
             }});
   }
   return p;
@@ -340,6 +498,7 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
              http::request<RequestBody, Fields> req, coretry::retry_policy policy,
              const coretry::http::retry_rules& rules) {
   rules.validate();
+  validate_request(req, "coretry::beast::retry");
   if (where.host.empty())
     throw std::invalid_argument("coretry::beast::retry: endpoint.host is empty");
   if (where.service.empty())
@@ -366,21 +525,25 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 ///   `Idempotency-Key` header is sent once;
 /// - transport errors are retried as `rules` says (refused and unreachable connections; resets,
 ///   a server closing without a reply, a response cut short and attempts cut by
-///   `policy.attempt_timeout`; names that do not resolve only with `retry_dns_failures`), within
+///   `policy.attempt_timeout`; names that do not resolve only with `retry_dns_failures`; never a
+///   response past a limit of `async_exchange`), within
 ///   `rules.connect_retries` and `rules.read_retries`; a `policy.retry_if` replaces which
 ///   errors are retried, and the limits still hold;
 /// - responses with a status of `rules.status_forcelist` are retried, within
 ///   `rules.status_retries`; a `policy.retry_if_result` on `http::response<ResponseBody>`
-///   replaces which are retried, and the limit still holds. When the attempts run out on such a
-///   status, that response is returned;
+///   replaces which are retried, and the limit still holds for the statuses the rules retry (a
+///   response only the policy's filter rejects is not counted, as in `coretry::curl::retry`).
+///   When the attempts run out on such a status, that response is returned;
 /// - a `Retry-After` on a status of `rules.retry_after_status_codes` (429, 503) is the least wait
 ///   before the next attempt (`attempt_context::retry_after`: `policy.max_retry_after` and the
 ///   deadline bound it); 429 is a push-back for a breaker, 429 and 503 slow an adaptive rate;
 /// - with an observer and no `policy.label`, the operation is labelled `http://host:service`.
 ///
 /// \returns the accepted response, or the last one when the policy gave up on statuses.
-/// \throws std::invalid_argument at the call for an invalid policy or `rules`, or an empty host
-/// or service; `std::system_error` with the last transport error when the policy gave up (see
+/// \throws std::invalid_argument at the call for an invalid policy or `rules`, an empty host
+/// or service, or a request `async_exchange` refuses (a method or field name that is not a token,
+/// CR, LF or NUL in a field value, a control character, space or DEL in the target), naming the
+/// field and its value; `std::system_error` with the last transport error when the policy gave up (see
 /// `retry_policy::final_error`), or with `asio::error::operation_aborted` when cancelled.
 ///
 /// @par Per-Operation Cancellation

@@ -408,20 +408,39 @@ TEST_CASE("the rules' status_retries ends the retries with the status past it") 
   CHECK(out.stats.attempts == 2);
 }
 
-TEST_CASE("a policy's own response filter replaces the status rule, and status_retries holds") {
+TEST_CASE("a policy's own response filter replaces the status rule; status_retries counts only "
+          "the statuses the rules retry") {
   asio::io_context io;
-  http_fault_server server(io.get_executor());
-  server.push(http_action::with_status(404, "not yet"));
-  server.push(http_action::with_status(404, "still not"));
-  server.push(http_action::ok("there"));
   coretry::http::retry_rules rules;
   rules.status_retries = 1;
   auto policy = quick_policy(5).retry_if_result<http::response<http::string_body>>(
-      [](const http::response<http::string_body>& r) { return r.result_int() == 404; });
-  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, rules);
-  REQUIRE_FALSE(out.ec);
-  CHECK(out.res.body() == "still not");
-  CHECK(out.stats.attempts == 2);
+      [](const http::response<http::string_body>& r) {
+        return r.result_int() == 404 || r.result_int() == 503;
+      });
+  {
+    // 404 is no status of the rules: only the caller's filter retries it, unlimited by
+    // status_retries (as coretry::curl counts).
+    http_fault_server server(io.get_executor());
+    server.push(http_action::with_status(404, "not yet"));
+    server.push(http_action::with_status(404, "still not"));
+    server.push(http_action::ok("there"));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, rules);
+    REQUIRE_FALSE(out.ec);
+    CHECK(out.res.body() == "there");
+    CHECK(out.stats.attempts == 3);
+  }
+  {
+    // 503 is one: status_retries holds under the caller's filter.
+    http_fault_server server(io.get_executor());
+    server.push(http_action::with_status(503, "busy"));
+    server.push(http_action::with_status(503, "still busy"));
+    server.push(http_action::ok("never"));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, rules);
+    REQUIRE_FALSE(out.ec);
+    CHECK(out.res.result_int() == 503);
+    CHECK(out.res.body() == "still busy");
+    CHECK(out.stats.attempts == 2);
+  }
 }
 
 TEST_CASE("a Retry-After on a status the rules do not honour it for is no hint") {
@@ -488,4 +507,163 @@ TEST_CASE("bad endpoints and rules are refused at the call, naming the field") {
   coretry::http::retry_rules bad;
   bad.status_forcelist = {700};
   CHECK_THROWS_WITH_AS(call(at(80), bad), doctest::Contains("700"), std::invalid_argument);
+}
+
+TEST_CASE("a request Beast would write with CR or LF inside a line is refused at the call") {
+  asio::io_context io;
+  auto call = [&](http::request<http::string_body> req) {
+    (void)coretry::beast::retry(io.get_executor(), at(80), std::move(req), quick_policy(2));
+  };
+  auto note = make_request(http::verb::get, "/");
+  note.set("X-Note", "a\r\nX-Injected: yes");
+  CHECK_THROWS_WITH_AS(call(note),
+                       "coretry::beast::retry: request.fields[1].value = "
+                       "\"a\\r\\nX-Injected: yes\" (must not contain CR, LF or NUL)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      call(make_request(http::verb::get, "/a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nDELETE /victim")),
+      doctest::Contains("request.target = \"/a HTTP/1.1\\r\\nHost: 127.0.0.1"),
+      std::invalid_argument);
+  // A target's query may hold a credential: not shown.
+  CHECK_THROWS_WITH_AS(call(make_request(http::verb::get, "/a?token=secret\r\nX: y")),
+                       "coretry::beast::retry: request.target = \"/a\" (query not shown) (must "
+                       "not contain control characters, spaces or DEL: \"\\r\" at offset 15)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(call(make_request(http::verb::get, "/a\x7f")),
+                       doctest::Contains("request.target"), std::invalid_argument);
+  auto method = make_request(http::verb::get, "/");
+  method.method_string("GET / HTTP/1.1\r\n");
+  CHECK_THROWS_WITH_AS(call(method), doctest::Contains("request.method = \"GET / HTTP/1.1\\r\\n\""),
+                       std::invalid_argument);
+  auto name = make_request(http::verb::get, "/");
+  name.set("X-Bad Name", "v");
+  CHECK_THROWS_WITH_AS(call(name), doctest::Contains("request.fields[1].name = \"X-Bad Name\""),
+                       std::invalid_argument);
+  auto nul = make_request(http::verb::get, "/");
+  nul.set("X-Nul", std::string_view("a\0b", 3));
+  CHECK_THROWS_WITH_AS(call(nul), doctest::Contains("request.fields[1].value = \"a\\x00b\""),
+                       std::invalid_argument);
+  // async_exchange refuses it too, before anything is sent.
+  http_fault_server server(io.get_executor());
+  bool called = false;
+  CHECK_THROWS_WITH_AS(
+      coretry::beast::async_exchange(io.get_executor(), at(server.port()), note,
+                                     [&](coretry::test::error_code, auto) { called = true; }),
+      doctest::Contains("coretry::beast::async_exchange: request.fields[1]"),
+      std::invalid_argument);
+  // A request without any of these is sent as before, and is the only one the server sees.
+  auto fine = make_request(http::verb::get, "/a?b=c%20d");
+  fine.set("X-Note", "tab\tand utf-8 \xc3\xa9");
+  auto out = retry_on(io, at(server.port()), std::move(fine), quick_policy(2));
+  REQUIRE_FALSE(out.ec);
+  CHECK_FALSE(called);
+  REQUIRE(server.log().size() == 1);
+  CHECK(server.log()[0].target == "/a?b=c%20d");
+}
+
+TEST_CASE("the response to a HEAD request is read without the body its fields describe") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  // RFC 9110 9.3.2: the fields of the GET response, no body.
+  server.push(
+      http_action::raw("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"));
+  server.push(http_action::ok("never"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::head, "/"), quick_policy(3));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 200);
+  CHECK(out.res[http::field::content_length] == "5");
+  CHECK(out.res.body().empty());
+  CHECK(out.stats.attempts == 1);
+  CHECK(server.requests() == 1);
+
+  // On a connection the server keeps open, the exchange ends with the fields (it would wait for
+  // 5 bytes that never come otherwise).
+  server.push(http_action::raw("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true));
+  const auto where = at(server.port());
+  const auto req = make_request(http::verb::head, "/");
+  coretry::test::error_code ec;
+  http::response<http::string_body> res;
+  bool done = false;
+  coretry::beast::async_exchange(io.get_executor(), where, req,
+                                 [&](coretry::test::error_code e, auto r) {
+                                   ec = e;
+                                   res = std::move(r);
+                                   done = true;
+                                 });
+  run_until(io, [&] { return done; });
+  CHECK_FALSE(ec);
+  CHECK(res.result_int() == 200);
+  CHECK(res.body().empty());
+}
+
+TEST_CASE("a chunk extension or trailer without end meets the exchange's 64 KiB buffer, final") {
+  asio::io_context io;
+  const auto overflow = std::error_code(boost::system::error_code(http::error::buffer_overflow));
+  const std::string endless(1024 * 1024, 'a'); // 1 MiB, no CRLF: Beast 1.81 would keep it all
+  {
+    http_fault_server server(io.get_executor());
+    server.push(http_action::raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                                 "Connection: close\r\n\r\n1;" +
+                                 endless));
+    server.push(http_action::ok("never"));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+    CHECK(out.ec == overflow);
+    CHECK(out.stats.attempts == 1);
+    CHECK(server.requests() == 1);
+  }
+  {
+    http_fault_server server(io.get_executor());
+    server.push(http_action::raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                                 "Connection: close\r\n\r\n2\r\nok\r\n0\r\nX-Trailer: " +
+                                 endless));
+    server.push(http_action::ok("never"));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+    CHECK(out.ec == overflow);
+    CHECK(out.stats.attempts == 1);
+  }
+  {
+    // A body larger than the buffer is read whole: the bound is on what is buffered at once.
+    http_fault_server server(io.get_executor());
+    server.push(http_action::ok(endless));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+    REQUIRE_FALSE(out.ec);
+    CHECK(out.res.body() == endless);
+  }
+}
+
+TEST_CASE("interim 1xx responses are read past to the final one, up to eight of them") {
+  asio::io_context io;
+  const std::string final_response =
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  {
+    http_fault_server server(io.get_executor());
+    server.push(http_action::raw("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+                                 "HTTP/1.1 100 Continue\r\n\r\n" +
+                                 final_response));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+    REQUIRE_FALSE(out.ec);
+    CHECK(out.res.result_int() == 200);
+    CHECK(out.res.body() == "ok");
+    CHECK(out.res.count("Link") == 0); // the interim response's fields are not the final's
+    CHECK(out.stats.attempts == 1);
+  }
+  std::string eight;
+  for (int i = 0; i < 8; ++i)
+    eight += "HTTP/1.1 103 Early Hints\r\n\r\n";
+  {
+    http_fault_server server(io.get_executor());
+    server.push(http_action::raw(eight + final_response));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+    REQUIRE_FALSE(out.ec);
+    CHECK(out.res.body() == "ok");
+  }
+  {
+    http_fault_server server(io.get_executor());
+    server.push(http_action::raw(eight + "HTTP/1.1 100 Continue\r\n\r\n" + final_response));
+    server.push(http_action::ok("never"));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+    CHECK(out.ec == std::error_code(boost::system::error_code(http::error::header_limit)));
+    CHECK(out.stats.attempts == 1);
+    CHECK(server.requests() == 1);
+  }
 }
