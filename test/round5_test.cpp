@@ -248,28 +248,6 @@ TEST_CASE("async_retry and async_hedge take the executor's default completion to
 
 // --- Reviewer r5: a cancellation emitted before the operation has started -----------------
 
-namespace {
-
-/// A gate that lets everything through and counts what it is asked and told.
-struct asked_gate : coretry::attempt_gate {
-  int granted = 0;
-  int abandoned = 0;
-  bool try_acquire(std::chrono::nanoseconds) noexcept override {
-    ++granted;
-    return true;
-  }
-  void on_success(std::chrono::nanoseconds) noexcept override {}
-  void on_failure(std::chrono::nanoseconds) noexcept override {}
-  void on_abandoned(std::chrono::nanoseconds) noexcept override { ++abandoned; }
-};
-
-struct started_counter : coretry::retry_observer {
-  std::atomic<int> started{0};
-  void on_attempt_started(const coretry::attempt_started_event&) override { ++started; }
-};
-
-} // namespace
-
 TEST_CASE("a hedge whose caller's slot is cancelled before it starts asks no gate and starts "
           "no attempt") {
   // The slot's handler posts cancel() behind the initiation's posted start(), which read only
@@ -278,8 +256,8 @@ TEST_CASE("a hedge whose caller's slot is cancelled before it starts asks no gat
   manual_clock::reset();
   asio::io_context io;
   asio::cancellation_signal caller;
-  auto gate = std::make_shared<asked_gate>();
-  auto obs = std::make_shared<started_counter>();
+  auto gate = std::make_shared<counting_gate>();
+  auto obs = std::make_shared<cancelling_observer>(); // cancels nothing
   scripted_op op{{succeed(7)}};
   outcome o;
   coretry::hedge_stats stats;
@@ -305,7 +283,7 @@ TEST_CASE("an async_retry whose caller's slot is cancelled before it starts send
   manual_clock::reset();
   asio::io_context io;
   asio::cancellation_signal caller;
-  auto gate = std::make_shared<asked_gate>();
+  auto gate = std::make_shared<counting_gate>();
   scripted_op op{{succeed(7)}};
   outcome o;
   coretry::retry_stats stats;
