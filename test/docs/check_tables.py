@@ -2,9 +2,14 @@
 # SPDX-License-Identifier: BSL-1.0
 """The reference-table test (ctest docs.reference_tables): the README's tables against the headers.
 
-- The README's `retry_policy` field table (the one after "`retry_policy` is an aggregate")
-  names every data member of `struct retry_policy` (include/coretry/policy.hpp), in declaration
-  order, so that designated initializers written in the table's order compile.
+- The README's option tables, each after a marker `<!-- reference-table: STRUCT HEADER -->`
+  (`retry_policy`, `hedge_options`, `circuit_breaker_options`; every one must be there), name
+  every data member of the struct, in declaration order, so that designated initializers
+  written in the table's order compile; each row's type is the member's declared type and its
+  default the header's initializer: the text is compared (one spelling: durations as literals,
+  `nanoseconds::max()` as `unlimited`, an absent initializer as `{}`), and the type and the
+  default are compiled (`decltype(STRUCT::field)` against the type; the default initializes a
+  variable of that type).
 - The README's list of `coretry::errc` values (section "Errors") is the enum of
   include/coretry/error.hpp, in order.
 - Every "NNN B copy" of a `retry_policy` in README.md and docs/*.md is its size: each number is
@@ -20,36 +25,86 @@ import sys
 import tempfile
 
 
-def policy_members(header):
+def struct_members(header, name):
+    """(name, type, initializer) of each data member of `struct name` in `header`, in order, up
+    to its first member function; the initializer is "" when the member has none."""
     text = open(header, encoding="utf-8").read()
-    body = text[text.index("struct CORETRY_API retry_policy {"):]
-    members = []
-    for line in body.split("\n")[1:]:
+    m = re.search(r"^struct (?:CORETRY_\w+ )?%s \{$" % re.escape(name), text, re.M)
+    if not m:
+        raise SystemExit(f"{header}: no `struct {name} {{`")
+    decls = []
+    for line in text[m.end():].split("\n")[1:]:
         if re.match(r"^  (template\b|[\w:<>]+ \w+\([^)]*\))", line):
             break  # the first member function ends the data members
         if line.startswith("};"):
             break
-        m = re.match(r"^  (?!//)[^=;{]*?\b(\w+)\s*(=[^;]*|\{[^;]*\})?;\s*$", line)
-        if m:
-            members.append(m.group(1))
-        elif re.match(r"^  (?!/)[^;]*?\b(\w+) =\s*$", line):  # an initializer on the next lines
-            members.append(re.match(r"^  [^;]*?\b(\w+) =\s*$", line).group(1))
+        decls.append(re.sub(r"//.*", "", line))
+    members = []
+    for d in " ".join(decls).split(";"):
+        d = " ".join(d.split())
+        if not d:
+            continue
+        m = re.match(r"^(?P<type>.+?) (?P<name>\w+) ?(?:= ?(?P<eq>.+)|\{(?P<br>.*)\})?$", d)
+        if not m:
+            raise SystemExit(f"{header}: cannot read the member declaration `{d}` of {name}")
+        members.append((m.group("name"), m.group("type"), (m.group("eq") or m.group("br") or "")))
     return members
 
 
-def readme_fields(readme):
+UNITS = {"nanoseconds": "ns", "microseconds": "us", "milliseconds": "ms", "seconds": "s",
+         "minutes": "min", "hours": "h"}
+
+
+def canonical_default(expr):
+    """One spelling of a default, to compare a header's initializer with a table's: no blanks,
+    no `coretry::` or `std::chrono::`, durations as literals (`std::chrono::seconds(60)` is
+    `60s`), `nanoseconds::max()` as `unlimited` (its name, policy.hpp), and an empty or absent
+    initializer as `{}` (value-initialized: an empty function or pointer, zero)."""
+    s = re.sub(r"\s+", "", expr)
+    if s in ("", "{}"):
+        return "{}"
+    s = s.replace("std::chrono::", "").replace("coretry::", "")
+    s = re.sub(r"\bnanoseconds::max\(\)", "unlimited", s)
+    s = re.sub(r"\bnanoseconds::zero\(\)", "0ns", s)
+    return re.sub(r"\b(%s)\((\d+)\)" % "|".join(UNITS), lambda m: m.group(2) + UNITS[m.group(1)],
+                  s)
+
+
+def code_span(cell):
+    m = re.search(r"`([^`]+)`", cell)
+    return m.group(1) if m else None
+
+
+# The README's option tables: each follows a marker `<!-- reference-table: STRUCT HEADER -->`
+# and lists every data member of STRUCT as `| `field` | `type` | `default` ... | meaning |`,
+# in declaration order, so that designated initializers written in the table's order compile.
+TABLES = [("retry_policy", "include/coretry/policy.hpp"),
+          ("hedge_options", "include/coretry/hedge.hpp"),
+          ("circuit_breaker_options", "include/coretry/breaker.hpp")]
+MARKER = re.compile(r"^<!--\s*reference-table:\s*(\w+)\s+(\S+)\s*-->\s*$")
+
+
+def readme_tables(readme):
+    """{struct: (header, [(line, field, type, default)])} for every marked table."""
     lines = open(readme, encoding="utf-8").read().split("\n")
-    start = next(i for i, l in enumerate(lines) if "`retry_policy` is an aggregate" in l)
-    fields, in_table = [], False
-    for l in lines[start + 1:]:
-        if l.startswith("|"):
+    tables = {}
+    for i, l in enumerate(lines):
+        m = MARKER.match(l.strip())
+        if not m:
+            continue
+        rows, in_table = [], False
+        for n, row in enumerate(lines[i + 1:], i + 2):
+            if not row.startswith("|"):
+                if in_table:
+                    break
+                continue
             in_table = True
-            m = re.match(r"^\| `(\w+)` \|", l)
-            if m:
-                fields.append(m.group(1))
-        elif in_table:
-            break
-    return fields
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+            field = re.fullmatch(r"`(\w+)`", cells[0]) if cells else None
+            if field and len(cells) >= 4:
+                rows.append((n, field.group(1), code_span(cells[1]), code_span(cells[2])))
+        tables[m.group(1)] = (m.group(2), rows)
+    return tables
 
 
 def errc_values(header):
@@ -89,10 +144,71 @@ def main():
         print(f"  missing from the doc: {[c for c in code if c not in doc]}")
         print(f"  not in the header:    {[d for d in doc if d not in code]}")
 
-    compare("README retry_policy field table vs struct retry_policy (order too)",
-            readme_fields("README.md"), policy_members("include/coretry/policy.hpp"))
+    # Each option table: its fields are the struct's, in order; each default is the header's
+    # initializer (compared as text, `canonical_default`); each type is the member's declared
+    # type and each default a valid value of it (checked by the compiler, below).
+    tables = readme_tables("README.md")
+    checks = []  # (line, struct, field, type, default) for the compiled check
+    for struct, header in TABLES:
+        if struct not in tables:
+            bad += 1
+            print(f"FAIL README has no `<!-- reference-table: {struct} {header} -->` table")
+            continue
+        doc_header, rows = tables[struct]
+        if doc_header != header:
+            bad += 1
+            print(f"FAIL README's {struct} table names {doc_header}, the struct is in {header}")
+            continue
+        code = struct_members(header, struct)
+        compare(f"README {struct} field table vs struct {struct} (order too)",
+                [r[1] for r in rows], [c[0] for c in code])
+        declared = {c[0]: c for c in code}
+        wrong = []
+        for line, field, type_, default in rows:
+            if field not in declared:
+                continue
+            if type_ is None or default is None:
+                wrong.append(f"README.md:{line}: `{field}` needs a `type` and a `default` cell")
+                continue
+            init = declared[field][2]
+            if canonical_default(default) != canonical_default(init):
+                wrong.append(f"README.md:{line}: `{field}` defaults to `{default}` in the table, "
+                             f"`{init or '{}'}` in {header}")
+            checks.append((line, struct, field, type_, default))
+        if wrong:
+            bad += 1
+            print(f"FAIL README {struct} defaults vs {header}:")
+            print("\n".join("  " + w for w in wrong))
+        else:
+            print(f"ok   README {struct} defaults vs {header}: {len(rows)} entries")
     compare("README errc list vs enum class errc (order too)",
             readme_errc("README.md"), errc_values("include/coretry/error.hpp"))
+
+    # The types and defaults, compiled: `decltype(struct::field)` is the table's type, and the
+    # table's default initializes it (in namespace coretry, with the chrono literals).
+    unit = ["#include <type_traits>"] + [f"#include <{h[len('include/'):]}>" for _, h in TABLES]
+    unit += ["namespace coretry {"]
+    for line, struct, field, type_, default in checks:
+        unit += [f'#line {line} "README.md"',
+                 f"static_assert(std::is_same_v<decltype({struct}::{field}), {type_}>, "
+                 f'"README.md:{line}: the type of {struct}::{field} is not {type_}");']
+    unit += ["[[maybe_unused]] inline void table_defaults() {",
+             "  using namespace std::chrono_literals;"]
+    for i, (line, struct, field, type_, default) in enumerate(checks):
+        init = "{}" if canonical_default(default) == "{}" else f" = {default}"
+        unit += [f'#line {line} "README.md"', f"  [[maybe_unused]] {type_} d{i}{init};"]
+    unit += ["}", "} // namespace coretry", ""]
+    with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as f:
+        f.write("\n".join(unit))
+    r = subprocess.run([a.cxx, "-std=c++20", "-fsyntax-only", "-Werror=narrowing", *a.flag,
+                        f.name], capture_output=True, text=True)
+    os.unlink(f.name)
+    if r.returncode:
+        bad += 1
+        print("FAIL the option tables' types and defaults, compiled:")
+        print("\n".join("  " + l for l in r.stderr.splitlines() if "error" in l or "note" in l))
+    else:
+        print(f"ok   the option tables' types and defaults compile: {len(checks)} fields")
 
     sizes = []
     for path in [] if a.skip_size else ["README.md"] + sorted(glob.glob("docs/*.md")):
