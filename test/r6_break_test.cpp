@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 // Reviewer r6's reproducers against the slow-call breaker's count window (issue 31 item 3) and
-// the fallback (issue 31 item 4). Each failed at a98f738. (Three more findings are documented
+// the fallback (issue 31 item 4). Each failed at a98f738. (Two more findings are documented
 // rather than tested: a 0.2 gate hears the gates' own health classification (CHANGELOG); the
-// fallback path does not carry the handler's allocator (docs/core.md); a token attempt whose
-// initiating function throws ends the process on the direct loop and the hedge (notes).)
+// fallback path does not carry the handler's allocator (docs/core.md). A third, a token attempt
+// whose initiating function throws, is tested in round6_test.cpp.)
 #include <coretry/breaker.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/retry.hpp>

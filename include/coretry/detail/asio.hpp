@@ -63,6 +63,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -116,6 +117,7 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/query.hpp>
+#include <asio/recycling_allocator.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/this_coro.hpp>

@@ -24,6 +24,8 @@
 
 #include <cstddef>
 #include <exception>
+#include <memory>
+#include <optional>
 #include <system_error>
 #include <tuple>
 #include <type_traits>
@@ -216,6 +218,8 @@ template <class Op> struct attempt_shape<Op, attempt_form::awaitable> {
   template <class H> static constexpr bool takes_handler = false;
 
   static awaitable_type start(Op& op, attempt_context& ctx) { return call_op(op, ctx); }
+  /// What a coroutine loop awaits: the attempt's own awaitable.
+  static awaitable_type await_outcome(Op& op, attempt_context& ctx) { return call_op(op, ctx); }
 
   /// Writes the awaited outcome `r` into `out` (`error`, `value`).
   template <class Out, class R> static void take(Out& out, R&& r) {
@@ -229,6 +233,73 @@ template <class Op> struct attempt_shape<Op, attempt_form::awaitable> {
       }
     } else {
       out.value.emplace(std::forward<R>(r));
+    }
+  }
+};
+
+/// Where a coroutine's completion handler waits while a token attempt's initiating function
+/// runs: shared by the handler the attempt is given (`guarded_handler`) and the initiation
+/// (`guarded_initiation`), so that whichever comes first completes the coroutine, once.
+template <class H> struct guard_box {
+  std::optional<H> handler;
+  explicit guard_box(H&& h) : handler(std::move(h)) {}
+  /// Takes the coroutine's handler out, or nothing when the attempt has ended already.
+  std::optional<H> take() noexcept(std::is_nothrow_move_constructible_v<H>) {
+    std::optional<H> h;
+    if (handler) {
+      h.emplace(std::move(*handler));
+      handler.reset();
+    }
+    return h;
+  }
+};
+
+/// The handler a token attempt started from a coroutine is given: it completes the coroutine
+/// (`H`, use_awaitable's) with the attempt's outcome `C` (its arguments, as a tuple) and
+/// carries that handler's executor and cancellation slot, so the attempt is bound to the
+/// coroutine's slot as it would be under `as_tuple(use_awaitable)`. Late calls, after the
+/// initiating function threw, are ignored.
+template <class H, class C> struct guarded_handler {
+  std::shared_ptr<guard_box<H>> box;
+  asio::associated_executor_t<H> executor;
+  asio::associated_cancellation_slot_t<H> slot;
+
+  using executor_type = asio::associated_executor_t<H>;
+  using cancellation_slot_type = asio::associated_cancellation_slot_t<H>;
+  executor_type get_executor() const noexcept { return executor; }
+  cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
+
+  template <class... A> void operator()(A&&... a) {
+    const std::shared_ptr<guard_box<H>> b = std::move(box);
+    if (std::optional<H> h = b ? b->take() : std::nullopt)
+      std::move (*h)(std::exception_ptr(), std::optional<C>(std::in_place, std::forward<A>(a)...));
+  }
+};
+
+/// Stands for use_awaitable's handler when asking whether an attempt takes a `guarded_handler`.
+template <class C> struct guard_probe {
+  void operator()(std::exception_ptr, std::optional<C>) {}
+};
+
+/// Starts a token attempt from inside a coroutine's `co_await`, where an exception escaping the
+/// initiating function would meet Asio's `noexcept` suspension (`std::terminate` on Asio 1.22)
+/// or leave the coroutine: what it throws completes the coroutine with that exception, posted
+/// to the coroutine's executor, unless the attempt completed first. One recycled allocation.
+template <class Shape, class Op, class C> struct guarded_initiation {
+  Op* op;
+  attempt_context* ctx;
+  template <class H> void operator()(H h) const {
+    auto box =
+        std::allocate_shared<guard_box<H>>(asio::recycling_allocator<guard_box<H>>(), std::move(h));
+    auto ex = asio::get_associated_executor(*box->handler);
+    auto slot = asio::get_associated_cancellation_slot(*box->handler);
+    try {
+      Shape::initiate(*op, *ctx, guarded_handler<H, C>{box, ex, slot});
+    } catch (...) {
+      if (std::optional<H> taken = box->take())
+        asio::post(ex, [h = std::move(*taken), e = std::current_exception()]() mutable {
+          std::move(h)(std::move(e), std::optional<C>());
+        });
     }
   }
 };
@@ -271,7 +342,8 @@ template <class Op, attempt_form K> struct token_shape {
       "coretry: a token-based attempt must return what the initiating function returns "
       "for the token it is given (`return sock.async_read_some(buf, std::move(token));`)");
   using completion = typename is_awaitable<awaitable_type>::awaited_type;
-  using traits = completion_traits<std::decay_t<completion>>;
+  using completion_t = std::decay_t<completion>;
+  using traits = completion_traits<completion_t>;
   using value_type = typename traits::value_type;
   static constexpr bool awaits_void = false;
 
@@ -284,6 +356,22 @@ template <class Op, attempt_form K> struct token_shape {
       out.value.emplace(std::move(std::get<skip + I>(r))...);
     else
       out.value.emplace(value_type(std::move(std::get<skip + I>(r))...));
+  }
+
+  /// What a coroutine loop awaits to run the attempt: the outcome as `as_tuple` gives it, the
+  /// initiating function's exception rethrown at the `co_await` (`guarded_initiation`). An
+  /// attempt that takes only the loop's own token is awaited with it, unguarded.
+  static auto await_outcome(Op& op, attempt_context& ctx) {
+    if constexpr (takes_handler<guarded_handler<guard_probe<completion_t>, completion_t>>)
+      return asio::async_initiate<const asio::use_awaitable_t<>&,
+                                  void(std::exception_ptr, std::optional<completion_t>)>(
+          guarded_initiation<token_shape, Op, completion_t>{&op, &ctx}, asio::use_awaitable);
+    else
+      return start(op, ctx);
+  }
+
+  template <class Out, class... A> static void take(Out& out, std::optional<std::tuple<A...>>&& r) {
+    take(out, std::move(*r));
   }
 
   template <class Out, class... A> static void take(Out& out, std::tuple<A...>&& r) {

@@ -86,7 +86,7 @@ asio::awaitable<void> run_fallback(F& f, const fallback_info& info, loop_result<
         co_await shape::start(v, ctx);
         out.value.emplace();
       } else {
-        shape::take(out, co_await shape::start(v, ctx));
+        shape::take(out, co_await shape::await_outcome(v, ctx));
       }
     }
   } catch (...) {

@@ -451,7 +451,7 @@ private:
         co_await shape::start(s->op(), ctx);
         out.value.emplace();
       } else {
-        shape::take(out, co_await shape::start(s->op(), ctx));
+        shape::take(out, co_await shape::await_outcome(s->op(), ctx));
       }
     } catch (...) {
       take_current_exception(out);

@@ -401,7 +401,7 @@ asio::awaitable<T> retry_loop(Op op, Policy held, retry_stats* stats, op_origin 
           co_await shape::start(op, core.context());
           core.result().value.emplace();
         } else {
-          shape::take(core.result(), co_await shape::start(op, core.context()));
+          shape::take(core.result(), co_await shape::await_outcome(op, core.context()));
         }
       } catch (...) {
         take_current_exception(core.result());

@@ -457,7 +457,7 @@ private:
         co_await shape::start(s->op_, s->core_.context());
         r.value.emplace();
       } else {
-        shape::take(r, co_await shape::start(s->op_, s->core_.context()));
+        shape::take(r, co_await shape::await_outcome(s->op_, s->core_.context()));
       }
     } catch (...) {
       take_current_exception(r);
