@@ -5,6 +5,7 @@
 // (std::terminate); the composed operation (async_retry) already caught it. Now all of them
 // start such an attempt through one guarded initiation (detail/attempt_shape.hpp), and what it
 // threw ends that attempt, as an exception thrown by an awaitable attempt does.
+#include <coretry/breaker.hpp>
 #include <coretry/hedge.hpp>
 #include <coretry/retry.hpp>
 
@@ -199,4 +200,23 @@ TEST_CASE("fallback: a token fallback whose initiation throws completes the oper
   CHECK(op.calls == 2);
   CHECK(backup.calls == 1);
   CHECK(r.error == refused);
+}
+
+TEST_CASE("pushback_if is asked once per failed attempt, with a breaker as without one") {
+  for (const bool with_breaker : {false, true}) {
+    CAPTURE(with_breaker);
+    asio::io_context io;
+    throwing_async op{&io, 2}; // two failed attempts (refused), then a success
+    int asked = 0;
+    retry_policy p = no_wait(3);
+    p.pushback_if = [&asked](const std::error_code&) {
+      ++asked;
+      return false;
+    };
+    if (with_breaker)
+      p.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{});
+    const ended r = await_in(io, coretry::retry_async(std::ref(op), p));
+    CHECK(r.value == 30);
+    CHECK(asked == 2);
+  }
 }

@@ -210,6 +210,13 @@ public:
     if (abandoned)
       return {attempt_kind::abandoned, false, false, health::ignored};
     try {
+      // `pushback_if` is asked once at most, by whichever rule needs it first.
+      std::optional<bool> said;
+      const auto pushback_said = [&] {
+        if (!said)
+          said = ec && p_.pushback_if && p_.pushback_if(ec);
+        return *said;
+      };
       attempt_class c;
       if (cut) {
         c = {attempt_kind::failure, true};
@@ -217,12 +224,11 @@ public:
         const bool failure = retryable(ec); // user predicates: they may throw
         const bool throttled =
             p_.rate_limit && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec));
-        const bool pushback =
-            failure && (hint > nanoseconds::zero() || (p_.pushback_if && p_.pushback_if(ec)));
+        const bool pushback = failure && (hint > nanoseconds::zero() || pushback_said());
         c = {failure ? attempt_kind::failure : attempt_kind::neutral, throttled, pushback};
       }
       if (p_.breaker)
-        c.gate = gate_health(ec, cut, hint, health_code);
+        c.gate = gate_health(ec, cut, hint, health_code, pushback_said);
       return c;
     } catch (...) {
       thrown = std::current_exception();
@@ -321,14 +327,15 @@ public:
 
 private:
   /// The breaker's classification of an attempt that was sent (see `classify`). May throw.
+  /// `pushback_said()` is `pushback_if`'s answer for `ec`.
+  template <class Said>
   health gate_health(const std::error_code& ec, bool cut, nanoseconds hint,
-                     const std::error_code& health_code) const {
+                     const std::error_code& health_code, const Said& pushback_said) const {
     std::error_code code = health_code ? health_code : ec;
     if (cut) // what the attempt said is moot: a timer cut it
       code = ec == condition::timed_out ? ec : std::error_code(errc::attempt_timeout);
     const health h = p_.breaker->classify(code);
-    if (h == health::unhealthy && !cut &&
-        (hint > nanoseconds::zero() || (ec && p_.pushback_if && p_.pushback_if(ec))))
+    if (h == health::unhealthy && !cut && (hint > nanoseconds::zero() || pushback_said()))
       return health::pushback;
     return h;
   }
