@@ -54,8 +54,13 @@
 /// returned. Cancellation after a winner is known changes nothing: the winner is delivered.
 ///
 /// **Threads.** The operation and all its attempts, timers and hooks run on one strand: the
-/// caller's own when its executor is a strand, else a new strand of it. The call may be made
-/// from any thread, and cancellation may come from any thread.
+/// caller's own when its executor is a strand, else a new strand of it; on an `io_context` made
+/// with the concurrency hint 1, which runs one thread only, on its executor itself, as
+/// `async_retry` does. The call may be made from any thread, and cancellation may come from any
+/// thread.
+///
+/// **Memory.** `async_hedge` allocates its state with the handler's associated allocator and
+/// frees it before the handler is called, as Asio's composed operations do.
 
 #include <coretry/detail/asio.hpp>
 #include <coretry/detail/braced_policy.hpp>

@@ -1,19 +1,23 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// The hedged operation: one state on a strand, attempts co_spawned beside each other on that
-// strand, each with its own cancellation signal, and three kinds of timer (the next hedge, each
-// attempt's timeout, the deadline). Private: include <coretry/hedge.hpp>.
+// The hedged operation: one state, attempts co_spawned beside each other, each with its own
+// cancellation signal, and three kinds of timer (the next hedge, each attempt's timeout, the
+// deadline). Private: include <coretry/hedge.hpp>.
 //
-// Everything below runs on the strand except the entry points that hop onto it (the caller's
-// slot handler, a group source's notice). The state is kept alive by whatever may still call
-// it: each attempt's frame, each pending timer wait, the posted start. It completes once, when
-// its outcome is decided and no attempt runs any more, by posting the handler to its executor.
+// It runs on a strand, as retry_op's controlled path does, except on a context that runs one
+// thread only (`runs_on_one_thread`): there it runs on the context's executor itself. Everything
+// below runs there except the entry points that hop onto it (the caller's slot handler, a group
+// source's notice). The state is allocated with the handler's allocator and kept alive by
+// whatever may still call it: each attempt's frame, each pending timer wait, the posted start.
+// Its outcome is decided once, when no attempt runs any more; the handler is called once the
+// last holder has let go and the state's memory is freed (`release`), as Asio's rule for
+// memory from a handler's allocator asks.
 //
 // Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the
 // reservations that settle once whatever happens (`gate_grant`, `send_token`, `retry_charge`;
 // reservation.hpp), the schedule's decisions and its one verdict per attempt (`begin_attempt`,
-// `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion
-// signatures, delivery and strand choice of retry_op.hpp.
+// `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion signatures, delivery,
+// executor choice and outstanding work of retry_op.hpp.
 
 #include <coretry/attempt.hpp>
 #include <coretry/cancellation.hpp>
@@ -184,6 +188,11 @@ public:
     // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
     std::exception_ptr retried = judge_exception(policy_, out);
     const bool abandoned = sl.cut == hedge_cut::lost;
+    // retry_op's rule (loop_core::ended): a cancellation that came while the attempt ran (from
+    // the attempt itself, say, still on its way through the strand's queue) wins over whatever
+    // the attempt reported: the attempt is abandoned, and a failure ends the operation.
+    const bool cancelled =
+        cancel_seen_.load(std::memory_order_acquire) || policy_.cancellation.cancelled();
     if (!abandoned && !out.exception && !out.error && policy_.result_filter) {
       try {
         if (policy_.result_filter->call(&*out.value))
@@ -194,9 +203,9 @@ public:
     }
     // The one verdict on this attempt, for every listener and for the decision below.
     std::exception_ptr thrown;
-    const attempt_class verdict_of =
-        sched_->classify(out.error, sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline,
-                         abandoned || out.exception, thrown, out.retry_after, out.health_code);
+    const attempt_class verdict_of = sched_->classify(
+        out.error, sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline,
+        abandoned || cancelled || out.exception, thrown, out.retry_after, out.health_code);
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
@@ -235,6 +244,10 @@ public:
       finish(); // a success: every other attempt is abandoned
       return;
     }
+    if (cancelled) {
+      finish_abort();
+      return;
+    }
     last_error_ = out.error;
     if (retried)
       last_exception_ = std::move(retried);
@@ -254,6 +267,35 @@ public:
   }
 
   Op& op() noexcept { return op_; }
+
+  /// The state's deleter (`initiate_hedge`). The state lives in memory from its handler's
+  /// allocator, as retry_op's does, and Asio's rule is that such memory is freed before the
+  /// handler is called. So the handler is called from here, when the last holder (an attempt's
+  /// frame or completion, a timer wait, a posted step) lets go: the state is destroyed and its
+  /// memory given back first. Uncompleted (its execution context is torn down), the handler is
+  /// destroyed uncalled with the state.
+  template <class Alloc> static void release(hedge_state* p, Alloc alloc) noexcept {
+    using traits = std::allocator_traits<Alloc>;
+    std::optional<completion> done;
+    std::optional<Strand> strand;
+    if (p->completed_) {
+      done.emplace(std::move(*p->handler_), std::move(p->result_), std::move(p->handler_work_),
+                   p->executor_);
+      strand.emplace(p->strand_);
+    }
+    traits::destroy(alloc, p);
+    traits::deallocate(alloc, p, 1);
+    if (!done)
+      return;
+    try {
+      // Through the operation's executor first: the holder that let go is still running there,
+      // and shared_ptr frees its control block (that allocator's memory too) after this returns.
+      const auto a = asio::get_associated_allocator(done->handler);
+      asio::post(*strand, asio::bind_allocator(a, std::move(*done)));
+    } catch (...) {
+      // Nothing can be posted: the handler is destroyed uncalled, as at a teardown.
+    }
+  }
 
 private:
   using self_ptr = std::shared_ptr<hedge_state>;
@@ -289,7 +331,8 @@ private:
     do {
       // A posted relaunch() launches the rest: looping on here, with a zero delay and attempts
       // that fail inline, would post one per turn and never give the strand back.
-      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= hedge_.max_in_flight)
+      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= hedge_.max_in_flight ||
+          abort_if_cancelled())
         return;
       const nanoseconds now = read_clock<clock>(true);
       if (policy_.rate_limit && !token_) {
@@ -312,6 +355,15 @@ private:
     } while (hedge_.delay == nanoseconds::zero());
   }
 
+  /// retry_op's order (loop_core::top): a cancellation already seen ends the operation before
+  /// the rate, the budget or the gate is asked, and before the observer hears of an attempt.
+  bool abort_if_cancelled() {
+    if (!cancel_seen_.load(std::memory_order_acquire) && !policy_.cancellation.cancelled())
+      return false;
+    finish_abort();
+    return true;
+  }
+
   slot& take_slot() {
     if (free_slots_.empty()) {
       slots_.push_back(std::make_unique<slot>());
@@ -328,6 +380,8 @@ private:
 
   /// Starts one attempt; false when the policy refused it (the operation may be over then).
   bool launch(nanoseconds now, std::error_code trigger) {
+    if (abort_if_cancelled())
+      return false;
     retry_charge charge; // a hedge or retry spends the budget only once it is sent
     if (launched_ > 0 && policy_.budget) {
       if (!policy_.budget->try_retry(now)) {
@@ -595,20 +649,8 @@ private:
            operation_finished_event{policy_.label, operation_kind::hedge, launched_,
                                     read_clock<clock>(true) - start_, nanoseconds{0},
                                     result_.reason, result_.error});
-    auto ex = asio::get_associated_executor(*handler_, executor_);
-    const auto alloc = asio::get_associated_allocator(*handler_);
-    [[maybe_unused]] auto work = std::move(handler_work_); // released after the post
-    // The caller's slot is cleared on the handler's executor, where the caller emits into it,
-    // as retry_op does: clearing it here, on the strand, would race with an emit on the
-    // caller's thread.
-    asio::post(ex, asio::bind_allocator(
-                       alloc, [h = std::move(*handler_), r = std::move(result_)]() mutable {
-                         auto user_slot = asio::get_associated_cancellation_slot(h);
-                         if (user_slot.is_connected())
-                           user_slot.clear();
-                         Deliver::template deliver<T>(h, r);
-                       }));
-    handler_.reset();
+    // The handler is called by `release`, once the state is freed: the cancelled attempts'
+    // frames and co_spawn completions and the cancelled timer waits still hold it now.
   }
 
   // Always a post: the source may be cancelled from a hook running on this very strand. Weak:
@@ -623,10 +665,38 @@ private:
     });
   }
 
+  using handler_work_type = work_t<asio::associated_executor_t<Handler, Executor>>;
+
+  /// What `release` hands on to the handler's executor once the state is gone.
+  struct completion {
+    Handler handler;
+    loop_result<T> result;
+    std::optional<handler_work_type> work;
+    Executor io_executor;
+
+    completion(Handler h, loop_result<T> r, std::optional<handler_work_type> w, const Executor& e)
+        : handler(std::move(h)), result(std::move(r)), work(std::move(w)), io_executor(e) {}
+
+    void operator()() {
+      auto ex = asio::get_associated_executor(handler, io_executor);
+      const auto a = asio::get_associated_allocator(handler);
+      [[maybe_unused]] auto held = std::move(work); // released after the dispatch
+      // The caller's slot is cleared on the handler's executor, where the caller emits into
+      // it, as retry_op does: clearing it on the operation's would race with an emit on the
+      // caller's thread.
+      asio::dispatch(
+          ex, asio::bind_allocator(a, [h = std::move(handler), r = std::move(result)]() mutable {
+            auto user_slot = asio::get_associated_cancellation_slot(h);
+            if (user_slot.is_connected())
+              user_slot.clear();
+            Deliver::template deliver<T>(h, r);
+          }));
+    }
+  };
+
   Strand strand_;
   std::optional<Handler> handler_;
-  using handler_work_type = work_t<asio::associated_executor_t<Handler, Executor>>;
-  std::optional<handler_work_type> handler_work_; ///< released when the handler is posted
+  std::optional<handler_work_type> handler_work_; ///< released when the handler is called
   Executor executor_;
   Op op_;
   retry_policy policy_;
@@ -674,21 +744,39 @@ template <class Timer, class T, class Deliver> struct initiate_hedge {
   template <class Handler, class Executor, class Op>
   void operator()(Handler&& handler, const Executor& ex, Op op, retry_policy policy,
                   hedge_options hedge, hedge_stats* stats) const {
-    using handler_type = std::decay_t<Handler>;
     auto user_slot = asio::get_associated_cancellation_slot(handler);
-    with_serializing_executor(ex, [&](const auto& strand) {
-      using strand_type = std::decay_t<decltype(strand)>;
-      using state_type = hedge_state<Timer, T, Op, strand_type, handler_type, Executor, Deliver>;
-      // Not with the handler's allocator: the hedge posts its handler while the attempts'
-      // completions may still hold the state, and Asio's rule is that memory from that allocator
-      // is freed before the handler runs (retry_op, whose state dies before the upcall, uses it).
-      auto s =
-          std::make_shared<state_type>(strand, std::forward<Handler>(handler), ex, std::move(op),
-                                       std::move(policy), std::move(hedge), stats);
+    auto launch = [&](const auto& exec) {
+      using exec_type = std::decay_t<decltype(exec)>;
+      using state_type =
+          hedge_state<Timer, T, Op, exec_type, std::decay_t<Handler>, Executor, Deliver>;
+      // One allocation for the state, with the handler's allocator, as retry_op makes its own;
+      // `state_type::release` frees it before the handler is called.
+      using alloc_type = typename std::allocator_traits<
+          asio::associated_allocator_t<std::decay_t<Handler>>>::template rebind_alloc<state_type>;
+      using traits = std::allocator_traits<alloc_type>;
+      alloc_type alloc(asio::get_associated_allocator(handler));
+      state_type* raw = traits::allocate(alloc, 1);
+      try {
+        traits::construct(alloc, raw, exec, std::forward<Handler>(handler), ex, std::move(op),
+                          std::move(policy), std::move(hedge), stats);
+      } catch (...) {
+        traits::deallocate(alloc, raw, 1);
+        throw;
+      }
+      // The control block comes from the same allocator; should it fail, the deleter runs.
+      std::shared_ptr<state_type> s(
+          raw, [alloc](state_type* p) noexcept { state_type::release(p, alloc); }, alloc);
       s->connect(user_slot);
       // Never inline: even an operation that ends before its first attempt completes later.
-      asio::post(strand, [s = std::move(s)] { s->start(); });
-    });
+      asio::post(exec, [s = std::move(s)] { s->start(); });
+    };
+    // retry_op's choice (initiate_retry): no strand on a context that runs one thread only. A
+    // hedge has more than one thing pending at once (its attempts, its timers), so it takes a
+    // strand everywhere else.
+    if (runs_on_one_thread(ex))
+      launch(ex);
+    else
+      with_serializing_executor(ex, launch);
   }
 };
 
