@@ -3,6 +3,7 @@
 // by hand and strictly: curl_getdate accepts far more than HTTP-date (any zone, trailing words,
 // missing fields), and a hint read from a malformed date would make the loop wait for nothing.
 
+#include <coretry/error.hpp>
 #include <coretry/http.hpp>
 
 #include <algorithm>
@@ -267,6 +268,70 @@ void validate_rules(const retry_rules& rules, const char* where, const std::stri
 
 void retry_rules::validate() const {
   detail::validate_rules(*this, "coretry::http::retry_rules", "");
+}
+
+namespace {
+
+class status_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "http-status"; }
+  std::string message(int value) const override {
+    const char* reason = "";
+    switch (value) {
+    case 400:
+      reason = " Bad Request";
+      break;
+    case 401:
+      reason = " Unauthorized";
+      break;
+    case 403:
+      reason = " Forbidden";
+      break;
+    case 404:
+      reason = " Not Found";
+      break;
+    case 408:
+      reason = " Request Timeout";
+      break;
+    case 429:
+      reason = " Too Many Requests";
+      break;
+    case 500:
+      reason = " Internal Server Error";
+      break;
+    case 502:
+      reason = " Bad Gateway";
+      break;
+    case 503:
+      reason = " Service Unavailable";
+      break;
+    case 504:
+      reason = " Gateway Timeout";
+      break;
+    default:
+      break;
+    }
+    return "HTTP " + std::to_string(value) + reason;
+  }
+  // What a status says of the upstream's health (coretry::default_health): 429 asks the client
+  // to slow down; 408 is a timeout; any other 4xx blames the request; a 5xx is the upstream's
+  // failure (in no condition: unhealthy).
+  bool equivalent(int value, const std::error_condition& cond) const noexcept override {
+    if (cond == coretry::condition::pushback)
+      return value == 429;
+    if (cond == coretry::condition::timed_out)
+      return value == 408;
+    if (cond == coretry::condition::client_error)
+      return value >= 400 && value < 500 && value != 408 && value != 429;
+    return std::error_category::equivalent(value, cond);
+  }
+};
+
+} // namespace
+
+const std::error_category& status_category() noexcept {
+  static const status_category_impl instance;
+  return instance;
 }
 
 bool is_retryable_status(long status, const retry_rules& rules) noexcept {

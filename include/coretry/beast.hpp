@@ -423,6 +423,11 @@ template <class ResponseBody, class RequestBody, class Fields> struct http_attem
           st->last_status = ec ? 0u : r.result_int();
           st->record(ec);
           ctx->http(st->method, static_cast<int>(st->last_status));
+          // The status, for a breaker's health classification, as coretry::curl sets it: a
+          // rejected response reaches the loop as `result_rejected`, which says neither 503 (a
+          // failure) nor 404 (the request's fault) nor 429 (a push-back).
+          if (st->last_status >= 400)
+            ctx->health_code(coretry::http::make_status_error(st->last_status));
           if (!ec && coretry::http::honours_retry_after(st->last_status, st->rules)) {
             const auto field = r.find(http::field::retry_after);
             if (field != r.end())

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace coretry::http {
@@ -142,6 +143,28 @@ inline bool is_pushback_status(long status) noexcept {
 /// slows down on it (`retry_policy::throttle_if`).
 inline bool slows_sending_rate(long status) noexcept {
   return status == 429 || status == 503;
+}
+
+/// The category of HTTP statuses as `std::error_code` values ("HTTP 503 Service Unavailable");
+/// its name is "http-status". A status is never a transport error: an HTTP client sets one as
+/// an attempt's health code (`attempt_context::health_code`), so that a breaker or an adaptive
+/// throttle hears what a rejected response says of the upstream, and may report one in retry
+/// events. Its values fall in coretry's health conditions (`coretry::default_health`):
+///
+/// | status                  | condition                   | to a breaker |
+/// |-------------------------|-----------------------------|--------------|
+/// | 429                     | `condition::pushback`       | a push-back, no failure |
+/// | 408                     | `condition::timed_out`      | a failure |
+/// | any other 4xx           | `condition::client_error`   | not a failure (the request's fault) |
+/// | 5xx (and anything else) | none                        | a failure |
+///
+/// `coretry::curl::http_status_category()` is this category. Thread-safe.
+CORETRY_API const std::error_category& status_category() noexcept;
+
+/// `{status, status_category()}`: what `coretry::curl` and `coretry::beast` set as the health
+/// code of every response of 400 or more.
+inline std::error_code make_status_error(long status) noexcept {
+  return {static_cast<int>(status), status_category()};
 }
 
 /// The longest wait `parse_retry_after` reports (2^31 - 1 s, about 68 years): larger values

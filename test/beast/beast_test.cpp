@@ -443,6 +443,43 @@ TEST_CASE("a policy's own response filter replaces the status rule; status_retri
   }
 }
 
+TEST_CASE("a breaker hears Beast's 503 answers as failures and opens on them") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(503, "busy"));
+  auto breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+  auto policy = quick_policy(5);
+  policy.breaker = breaker;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  CHECK(out.ec == coretry::errc::circuit_open);
+  CHECK(breaker->failures() == 2);
+  CHECK(breaker->times_opened() == 1);
+  CHECK(breaker->state() == coretry::breaker_state::open);
+  CHECK(server.requests() == 2); // the third attempt was refused, never sent
+}
+
+TEST_CASE("a 404 the caller's filter rejects is no breaker failure: the request's fault, as curl "
+          "tells it") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(404, "not yet"));
+  auto breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+  // The filter makes each 404 a rejected result (`errc::result_rejected`), which a breaker would
+  // count as a failure without the status the attempt tells it (`attempt_context::health_code`).
+  auto policy = quick_policy(4).retry_if_result<http::response<http::string_body>>(
+      [](const http::response<http::string_body>& r) { return r.result_int() == 404; });
+  policy.breaker = breaker;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 404);
+  CHECK(out.stats.attempts == 4);
+  CHECK(breaker->failures() == 0);
+  CHECK(breaker->times_opened() == 0);
+  CHECK(breaker->state() == coretry::breaker_state::closed);
+}
+
 TEST_CASE("a Retry-After on a status the rules do not honour it for is no hint") {
   asio::io_context io;
   http_fault_server server(io.get_executor());
