@@ -212,30 +212,6 @@ namespace {
 
 constexpr std::array<int, 6> default_statuses{408, 429, 500, 502, 503, 504};
 
-/// An HTTP token character (RFC 9110, section 5.6.2).
-bool tchar(char c) noexcept {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-    return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-/// `s` quoted, control and non-ASCII bytes as \xNN, for a message.
-std::string quoted(std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 0xf];
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 [[noreturn]] void refuse(const char* where, const std::string& field, const std::string& value,
                          const char* rule) {
   throw std::invalid_argument(std::string(where) + ": " + field + " = " + value + " (" + rule +
@@ -253,13 +229,38 @@ void check_statuses(const std::vector<int>& statuses, const char* where, const s
 
 namespace detail {
 
+std::string escaped(std::string_view v) {
+  constexpr std::size_t limit = 64;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(v[i]);
+    if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += v.size() > limit ? "\"..." : "\"";
+  return out;
+}
+
 void validate_rules(const retry_rules& rules, const char* where, const std::string& prefix) {
   check_statuses(rules.status_forcelist, where, prefix + "status_forcelist");
   check_statuses(rules.retry_after_status_codes, where, prefix + "retry_after_status_codes");
   for (std::size_t i = 0; i < rules.allowed_methods.size(); ++i) {
     const std::string& m = rules.allowed_methods[i];
-    if (m.empty() || !std::all_of(m.begin(), m.end(), tchar))
-      refuse(where, prefix + "allowed_methods[" + std::to_string(i) + "]", quoted(m),
+    if (!is_token(m))
+      refuse(where, prefix + "allowed_methods[" + std::to_string(i) + "]", escaped(m),
              "must be a non-empty HTTP token");
   }
 }
@@ -342,6 +343,18 @@ bool is_retryable_status(long status, const retry_rules& rules) noexcept {
 bool is_retryable_status(long status) noexcept {
   return std::find(default_statuses.begin(), default_statuses.end(), status) !=
          default_statuses.end();
+}
+
+bool is_token(std::string_view s) noexcept {
+  if (s.empty())
+    return false;
+  for (const char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    if (!ok)
+      return false;
+  }
+  return true;
 }
 
 bool is_idempotent(std::string_view m) noexcept {

@@ -88,7 +88,7 @@ TEST_CASE("bad rules are refused naming the field, its index and its value") {
   CHECK(message_of({.allowed_methods = {"GET", ""}}) ==
         "coretry::http::retry_rules: allowed_methods[1] = \"\" (must be a non-empty HTTP token)");
   CHECK(message_of({.allowed_methods = {"GE T\n"}}) ==
-        "coretry::http::retry_rules: allowed_methods[0] = \"GE T\\x0a\" (must be a "
+        "coretry::http::retry_rules: allowed_methods[0] = \"GE T\\n\" (must be a "
         "non-empty HTTP token)");
   CHECK(message_of({.status_forcelist = {100, 599}, .allowed_methods = {}}).empty());
 }
@@ -139,4 +139,20 @@ TEST_CASE("a status as an error code tells a gate what the answer says of the up
   CHECK(coretry::default_health(http::make_status_error(400)) == health::healthy);
   CHECK(http::make_status_error(404) == coretry::condition::client_error);
   CHECK(http::make_status_error(503) != coretry::condition::client_error);
+}
+
+TEST_CASE("an HTTP token is one or more tchar, and a refused value is shown on one bounded line") {
+  CHECK(http::is_token("GET"));
+  CHECK(http::is_token("X-Request-Id"));
+  CHECK(http::is_token("!#$%&'*+-.^_`|~09azAZ"));
+  CHECK_FALSE(http::is_token(""));
+  CHECK_FALSE(http::is_token("GE T"));
+  CHECK_FALSE(http::is_token("Host:"));
+  CHECK_FALSE(http::is_token("GET\r\n"));
+  CHECK_FALSE(http::is_token("caf\xc3\xa9"));
+  CHECK(http::detail::escaped("a\r\nb") == "\"a\\r\\nb\"");
+  CHECK(http::detail::escaped("q\"\\") == "\"q\\\"\\\\\"");
+  CHECK(http::detail::escaped(std::string_view("\0\x7f\xff", 3)) == "\"\\x00\\x7f\\xff\"");
+  const std::string long_value(70, 'v');
+  CHECK(http::detail::escaped(long_value) == "\"" + std::string(64, 'v') + "\"...");
 }

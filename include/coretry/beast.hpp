@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <cstddef>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -82,44 +81,8 @@ template <class ResponseBody> struct exchange_state {
   std::optional<http::response_parser<ResponseBody>> parser;
 };
 
-/// The value of a refused field in a message: quoted, control characters escaped, cut after 64
-/// characters, so that the message stays one line (as coretry::curl writes its values).
-inline std::string escaped(std::string_view v) {
-  constexpr std::size_t limit = 64;
-  std::string out = "\"";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
-    const auto c = static_cast<unsigned char>(v[i]);
-    if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += v.size() > limit ? "\"..." : "\"";
-  return out;
-}
-
-/// RFC 9110's token: one or more tchar.
-inline bool is_token(std::string_view s) noexcept {
-  if (s.empty())
-    return false;
-  for (const char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-    if (!ok)
-      return false;
-  }
-  return true;
-}
+using coretry::http::is_token;
+using coretry::http::detail::escaped;
 
 [[noreturn]] inline void bad_request(const char* where, const std::string& field,
                                      const std::string& value, const std::string& rule) {

@@ -109,6 +109,11 @@ CORETRY_API bool is_retryable_status(long status, const retry_rules& rules) noex
 /// Whether `status` is retried by default: 408, 429, 500, 502, 503, 504. Allocates nothing.
 CORETRY_API bool is_retryable_status(long status) noexcept;
 
+/// Whether `s` is an HTTP token (RFC 9110, section 5.6.2): one or more of the letters, digits
+/// and ``!#$%&'*+-.^_`|~``. A method and a field name are tokens; anything else written in their
+/// place (a space, CR, LF, a colon) would change the request on the wire.
+CORETRY_API bool is_token(std::string_view s) noexcept;
+
 /// Whether `method` is idempotent (RFC 9110): GET, HEAD, OPTIONS, PUT, DELETE, TRACE.
 /// Compared case-sensitively, as methods are.
 CORETRY_API bool is_idempotent(std::string_view method) noexcept;
@@ -202,6 +207,12 @@ parse_retry_after(std::string_view value,
                   std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
 namespace detail {
+/// `v` as a bounded, one-line C-like string literal for an error message: quoted, CR and LF as
+/// `\r` and `\n`, `"` and `\` escaped, any other control or non-ASCII byte as `\xNN`, cut after
+/// 64 bytes (then followed by `...`). How the HTTP adapters (`coretry::curl`, `coretry::beast`)
+/// and `retry_rules::validate` show a refused value.
+CORETRY_API std::string escaped(std::string_view v);
+
 /// `retry_rules::validate`, naming the fields "<prefix><field>" in "<where>: ..." (the curl
 /// adapter checks `request::retry_rules` as "coretry::curl::request: retry_rules.<field>").
 CORETRY_API void validate_rules(const retry_rules& rules, const char* where,
