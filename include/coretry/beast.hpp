@@ -30,6 +30,7 @@
 #include <tuple>
 #include <typeinfo>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/compose.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -55,6 +56,28 @@ struct endpoint {
   std::string host;           ///< "example.com", "127.0.0.1", "::1"
   std::string service = "80"; ///< "8080", "http"
 };
+
+// g++ 12 miscompiles an aggregate temporary written inside a `co_await` expression (the
+// temporary is copied bitwise into the coroutine frame and both copies are destroyed: free():
+// invalid pointer), as in `co_await retry(ex, {"example.com", "80"}, req, policy)`. No callee can
+// repair an argument that arrives that way, so on g++ 12 the front ends take the endpoint and the
+// rules only as objects (a braced list cannot deduce them) and their policy with no default type,
+// and a braced list selects an overload that fails to compile, saying what to write; as
+// `coretry::retry_async` refuses a braced policy (<coretry/detail/braced_policy.hpp>). g++ 13 and
+// later, and clang, take the braced lists.
+#if CORETRY_REFUSE_BRACED_POLICY
+/// The endpoint parameter of the front ends: an `endpoint` object (named or not) on g++ 12, where
+/// a braced endpoint is refused.
+#define CORETRY_BEAST_ENDPOINT ::coretry::detail::exactly<::coretry::beast::endpoint> auto
+/// The rules parameter of the front ends: a `coretry::http::retry_rules` object on g++ 12, where
+/// braced rules are refused.
+#define CORETRY_BEAST_RULES const ::coretry::detail::exactly<::coretry::http::retry_rules> auto&
+#else
+/// The endpoint parameter of the front ends: an `endpoint`.
+#define CORETRY_BEAST_ENDPOINT ::coretry::beast::endpoint
+/// The rules parameter of the front ends: a `const coretry::http::retry_rules&`.
+#define CORETRY_BEAST_RULES const ::coretry::http::retry_rules&
+#endif
 
 namespace detail {
 
@@ -301,7 +324,7 @@ auto async_exchange_checked(const asio::any_io_executor& ex, const endpoint& whe
 /// request cannot be taken back).
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
-auto async_exchange(const asio::any_io_executor& ex, const endpoint& where,
+auto async_exchange(const asio::any_io_executor& ex, const CORETRY_BEAST_ENDPOINT& where,
                     const http::request<RequestBody, Fields>& req, CompletionToken&& token) {
   detail::validate_request(req, "coretry::beast::async_exchange");
   return detail::async_exchange_checked<ResponseBody>(ex, where, req,
@@ -517,44 +540,56 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 /// @par Per-Operation Cancellation
 /// As `coretry::retry_async`: terminal cancellation of the awaiting coroutine stops the
 /// operation in an attempt (its connection is closed) or in a sleep.
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>>
-retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
-      coretry::retry_policy policy, const coretry::http::retry_rules& rules) {
-  auto [attempt, p] =
-      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy, CORETRY_BEAST_RULES rules) {
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
   return coretry::retry_async(std::move(attempt), std::move(p));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>>
-retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
-      coretry::retry_policy policy, const coretry::http::retry_rules& rules,
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy, CORETRY_BEAST_RULES rules,
       coretry::retry_stats& stats) {
-  auto [attempt, p] =
-      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
   return coretry::retry_async(std::move(attempt), std::move(p), stats);
 }
 
 /// As above, with the default `coretry::http::retry_rules` (those of `coretry::curl::retry`).
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>> retry(const asio::any_io_executor& ex, endpoint where,
-                                                    http::request<RequestBody, Fields> req,
-                                                    coretry::retry_policy policy) {
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy) {
   // The rules are made here, never as a default argument: g++ 12 miscompiles a temporary with
   // default member initializers inside the caller's co_await expression.
   const coretry::http::retry_rules rules;
-  return retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
+  return coretry::retry_async(std::move(attempt), std::move(p));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>>
-retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
-      coretry::retry_policy policy, coretry::retry_stats& stats) {
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy, coretry::retry_stats& stats) {
   const coretry::http::retry_rules rules;
-  return retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules, stats);
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
+  return coretry::retry_async(std::move(attempt), std::move(p), stats);
 }
 
 /// `retry` with a completion token: callbacks, `use_future`, `as_tuple(use_awaitable)`, ...
@@ -570,9 +605,9 @@ retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody
 /// stops the operation; the handler gets `operation_aborted`, once.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
-auto async_retry(const asio::any_io_executor& ex, endpoint where,
+auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
                  http::request<RequestBody, Fields> req, coretry::retry_policy policy,
-                 const coretry::http::retry_rules& rules, CompletionToken&& token) {
+                 CORETRY_BEAST_RULES rules, CompletionToken&& token) {
   auto [attempt, p] =
       detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
   return coretry::async_retry(ex, std::move(attempt), std::move(p),
@@ -582,12 +617,160 @@ auto async_retry(const asio::any_io_executor& ex, endpoint where,
 /// As above, with the default `coretry::http::retry_rules`.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
-auto async_retry(const asio::any_io_executor& ex, endpoint where,
+auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
                  http::request<RequestBody, Fields> req, coretry::retry_policy policy,
                  CompletionToken&& token) {
   const coretry::http::retry_rules rules;
-  return async_retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules,
-                                   std::forward<CompletionToken>(token));
+  auto [attempt, p] =
+      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  return coretry::async_retry(ex, std::move(attempt), std::move(p),
+                              std::forward<CompletionToken>(token));
 }
+
+#if CORETRY_REFUSE_BRACED_POLICY
+// g++ 12: a braced endpoint, rules or policy lands in one of these and fails to compile, saying
+// what to write (see CORETRY_BEAST_ENDPOINT above).
+namespace detail {
+
+/// `endpoint`'s members, in its order: what a braced `{"host", "80"}` argument initialises on
+/// g++ 12, only to be refused. Keep in step with `endpoint`.
+struct braced_endpoint {
+  std::string host;
+  std::string service = "80";
+};
+
+/// `coretry::http::retry_rules`' members, in its order: what braced rules initialise on g++ 12,
+/// only to be refused. Keep in step with `retry_rules` (a member missing here makes the braced
+/// form fail with a plainer message, never run).
+struct braced_rules {
+  std::vector<int> status_forcelist{};
+  std::vector<std::string> allowed_methods{};
+  std::vector<int> retry_after_status_codes{};
+  bool retry_dns_failures = false;
+  std::optional<unsigned> connect_retries{};
+  std::optional<unsigned> read_retries{};
+  std::optional<unsigned> status_retries{};
+};
+
+} // namespace detail
+
+#define CORETRY_BEAST_REFUSE_BRACED(G)                                                             \
+  static_assert(::coretry::detail::braced_policy_refused<G>,                                       \
+                "g++ 12 miscompiles a braced endpoint or retry_rules inside co_await (the "        \
+                "temporary is copied bitwise and destroyed twice: free(): invalid pointer). Name " \
+                "them first: const coretry::beast::endpoint api{\"example.com\", \"80\"}; "        \
+                "const coretry::http::retry_rules rules{.status_retries = 2}; "                    \
+                "co_await coretry::beast::retry(ex, api, std::move(req), policy, rules);")
+
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_exchange(const asio::any_io_executor& ex, const detail::braced_endpoint&,
+                    const http::request<RequestBody, Fields>& req, CompletionToken&& token) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  // The real return type, so that the refusal is the only error a co_await of it reports.
+  static const endpoint none;
+  return detail::async_exchange_checked<ResponseBody>(ex, none, req,
+                                                      std::forward<CompletionToken>(token));
+}
+
+// A braced endpoint (the policy and the rules as they come).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy, coretry::retry_stats&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy, const coretry::http::retry_rules&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy, const coretry::http::retry_rules&, coretry::retry_stats&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+
+// Braced rules (a named endpoint; a braced policy is refused below).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields, class Policy>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      Policy&&, detail::braced_rules) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields, class Policy>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      Policy&&, detail::braced_rules, coretry::retry_stats&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+
+// A braced policy (a named endpoint; the rules as they come), as coretry::retry_async refuses it.
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy, coretry::retry_stats&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy, const coretry::http::retry_rules&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy, const coretry::http::retry_rules&, coretry::retry_stats&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+
+// async_retry: a braced endpoint or braced rules (a braced policy is taken, as by
+// coretry::async_retry: nothing is awaited with a callback).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor&, detail::braced_endpoint,
+                 http::request<RequestBody, Fields>, coretry::retry_policy,
+                 const coretry::http::retry_rules&, CompletionToken&&) {
+  CORETRY_BEAST_REFUSE_BRACED(CompletionToken);
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor&, detail::braced_endpoint,
+                 http::request<RequestBody, Fields>, coretry::retry_policy, CompletionToken&&) {
+  CORETRY_BEAST_REFUSE_BRACED(CompletionToken);
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT,
+                 http::request<RequestBody, Fields>, coretry::retry_policy, detail::braced_rules,
+                 CompletionToken&&) {
+  CORETRY_BEAST_REFUSE_BRACED(CompletionToken);
+}
+#endif
 
 } // namespace coretry::beast
