@@ -484,6 +484,20 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
   return p;
 }
 
+/// The `Host` field `retry` gives a request that has none (every HTTP/1.1 request carries one,
+/// RFC 9112 section 3.2): the endpoint's host, an IPv6 address in brackets, then ":" and the
+/// service when that is a port number other than 80. A service name ("http") adds no port.
+inline std::string default_host(const endpoint& where) {
+  std::string out = where.host.find(':') != std::string::npos && !where.host.starts_with('[')
+                        ? "[" + where.host + "]"
+                        : where.host;
+  const bool port =
+      !where.service.empty() && where.service.find_first_not_of("0123456789") == std::string::npos;
+  if (port && where.service != "80")
+    out += ":" + where.service;
+  return out;
+}
+
 template <class ResponseBody, class RequestBody, class Fields>
 auto prepare(const asio::any_io_executor& ex, endpoint where,
              http::request<RequestBody, Fields> req, coretry::retry_policy policy,
@@ -495,6 +509,15 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
   if (where.service.empty())
     throw std::invalid_argument("coretry::beast::retry: endpoint.service is empty (host \"" +
                                 where.host + "\")");
+  // The host may become the request's Host field: nothing in it may end that line early.
+  for (const char ch : where.host) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c == 0x7f)
+      throw std::invalid_argument("coretry::beast::retry: endpoint.host = " + escaped(where.host) +
+                                  " (must not contain control characters, spaces or DEL)");
+  }
+  if (req.find(http::field::host) == req.end())
+    req.set(http::field::host, default_host(where));
   // Each attempt has a connection of its own: the server may close it after the response.
   req.keep_alive(false);
   req.prepare_payload();
@@ -511,7 +534,8 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 /// - each attempt is one `async_exchange` on a new connection (a retry follows a failure, and a
 ///   failed or cut exchange leaves its connection in a state nobody knows: a request half
 ///   written, a response half read); the request is sent with `Connection: close` and its
-///   payload prepared (`Content-Length`);
+///   payload prepared (`Content-Length`), and a request without a `Host` field gets the
+///   endpoint's (`host`, `host:port` for a port other than 80, `[::1]:8080` for IPv6);
 /// - a request whose method `rules.allowed_methods` lacks (POST, PATCH) and that carries no
 ///   `Idempotency-Key` header is sent once;
 /// - transport errors are retried as `rules` says (refused and unreachable connections; resets,
@@ -532,7 +556,7 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 ///
 /// \returns the accepted response, or the last one when the policy gave up on statuses.
 /// \throws std::invalid_argument at the call for an invalid policy or `rules`, an empty host
-/// or service, or a request `async_exchange` refuses (a method or field name that is not a token,
+/// or service, a host with a control character, space or DEL, or a request `async_exchange` refuses (a method or field name that is not a token,
 /// CR, LF or NUL in a field value, a control character, space or DEL in the target), naming the
 /// field and its value; `std::system_error` with the last transport error when the policy gave up (see
 /// `retry_policy::final_error`), or with `asio::error::operation_aborted` when cancelled.
