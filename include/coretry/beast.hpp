@@ -556,9 +556,10 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 ///
 /// \returns the accepted response, or the last one when the policy gave up on statuses.
 /// \throws std::invalid_argument at the call for an invalid policy or `rules`, an empty host
-/// or service, a host with a control character, space or DEL, or a request `async_exchange` refuses (a method or field name that is not a token,
-/// CR, LF or NUL in a field value, a control character, space or DEL in the target), naming the
-/// field and its value; `std::system_error` with the last transport error when the policy gave up (see
+/// or service, a host with a control character, space or DEL, or a request `async_exchange`
+/// refuses (a method or field name that is not a token, CR, LF or NUL in a field value, a
+/// control character, space or DEL in the target), naming the field and its value;
+/// `std::system_error` with the last transport error when the policy gave up (see
 /// `retry_policy::final_error`), or with `asio::error::operation_aborted` when cancelled.
 ///
 /// @par Per-Operation Cancellation
