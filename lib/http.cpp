@@ -3,6 +3,7 @@
 // by hand and strictly: curl_getdate accepts far more than HTTP-date (any zone, trailing words,
 // missing fields), and a hint read from a malformed date would make the loop wait for nothing.
 
+#include <coretry/error.hpp>
 #include <coretry/http.hpp>
 
 #include <algorithm>
@@ -211,30 +212,6 @@ namespace {
 
 constexpr std::array<int, 6> default_statuses{408, 429, 500, 502, 503, 504};
 
-/// An HTTP token character (RFC 9110, section 5.6.2).
-bool tchar(char c) noexcept {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-    return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-/// `s` quoted, control and non-ASCII bytes as \xNN, for a message.
-std::string quoted(std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 0xf];
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 [[noreturn]] void refuse(const char* where, const std::string& field, const std::string& value,
                          const char* rule) {
   throw std::invalid_argument(std::string(where) + ": " + field + " = " + value + " (" + rule +
@@ -252,13 +229,38 @@ void check_statuses(const std::vector<int>& statuses, const char* where, const s
 
 namespace detail {
 
+std::string escaped(std::string_view v) {
+  constexpr std::size_t limit = 64;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(v[i]);
+    if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += v.size() > limit ? "\"..." : "\"";
+  return out;
+}
+
 void validate_rules(const retry_rules& rules, const char* where, const std::string& prefix) {
   check_statuses(rules.status_forcelist, where, prefix + "status_forcelist");
   check_statuses(rules.retry_after_status_codes, where, prefix + "retry_after_status_codes");
   for (std::size_t i = 0; i < rules.allowed_methods.size(); ++i) {
     const std::string& m = rules.allowed_methods[i];
-    if (m.empty() || !std::all_of(m.begin(), m.end(), tchar))
-      refuse(where, prefix + "allowed_methods[" + std::to_string(i) + "]", quoted(m),
+    if (!is_token(m))
+      refuse(where, prefix + "allowed_methods[" + std::to_string(i) + "]", escaped(m),
              "must be a non-empty HTTP token");
   }
 }
@@ -269,6 +271,70 @@ void retry_rules::validate() const {
   detail::validate_rules(*this, "coretry::http::retry_rules", "");
 }
 
+namespace {
+
+class status_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "http-status"; }
+  std::string message(int value) const override {
+    const char* reason = "";
+    switch (value) {
+    case 400:
+      reason = " Bad Request";
+      break;
+    case 401:
+      reason = " Unauthorized";
+      break;
+    case 403:
+      reason = " Forbidden";
+      break;
+    case 404:
+      reason = " Not Found";
+      break;
+    case 408:
+      reason = " Request Timeout";
+      break;
+    case 429:
+      reason = " Too Many Requests";
+      break;
+    case 500:
+      reason = " Internal Server Error";
+      break;
+    case 502:
+      reason = " Bad Gateway";
+      break;
+    case 503:
+      reason = " Service Unavailable";
+      break;
+    case 504:
+      reason = " Gateway Timeout";
+      break;
+    default:
+      break;
+    }
+    return "HTTP " + std::to_string(value) + reason;
+  }
+  // What a status says of the upstream's health (coretry::default_health): 429 asks the client
+  // to slow down; 408 is a timeout; any other 4xx blames the request; a 5xx is the upstream's
+  // failure (in no condition: unhealthy).
+  bool equivalent(int value, const std::error_condition& cond) const noexcept override {
+    if (cond == coretry::condition::pushback)
+      return value == 429;
+    if (cond == coretry::condition::timed_out)
+      return value == 408;
+    if (cond == coretry::condition::client_error)
+      return value >= 400 && value < 500 && value != 408 && value != 429;
+    return std::error_category::equivalent(value, cond);
+  }
+};
+
+} // namespace
+
+const std::error_category& status_category() noexcept {
+  static const status_category_impl instance;
+  return instance;
+}
+
 bool is_retryable_status(long status, const retry_rules& rules) noexcept {
   return std::find(rules.status_forcelist.begin(), rules.status_forcelist.end(), status) !=
          rules.status_forcelist.end();
@@ -277,6 +343,18 @@ bool is_retryable_status(long status, const retry_rules& rules) noexcept {
 bool is_retryable_status(long status) noexcept {
   return std::find(default_statuses.begin(), default_statuses.end(), status) !=
          default_statuses.end();
+}
+
+bool is_token(std::string_view s) noexcept {
+  if (s.empty())
+    return false;
+  for (const char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    if (!ok)
+      return false;
+  }
+  return true;
 }
 
 bool is_idempotent(std::string_view m) noexcept {

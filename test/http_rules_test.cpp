@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: BSL-1.0
 // coretry/http.hpp in a unit that never includes libcurl's adapter, linked with coretry::coretry
 // alone: the rules a Beast (or any other) HTTP client shares with coretry::curl.
+#include <coretry/error.hpp>
 #include <coretry/http.hpp>
+#include <coretry/overload.hpp>
 
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 namespace http = coretry::http;
 using namespace std::chrono_literals;
@@ -85,7 +88,7 @@ TEST_CASE("bad rules are refused naming the field, its index and its value") {
   CHECK(message_of({.allowed_methods = {"GET", ""}}) ==
         "coretry::http::retry_rules: allowed_methods[1] = \"\" (must be a non-empty HTTP token)");
   CHECK(message_of({.allowed_methods = {"GE T\n"}}) ==
-        "coretry::http::retry_rules: allowed_methods[0] = \"GE T\\x0a\" (must be a "
+        "coretry::http::retry_rules: allowed_methods[0] = \"GE T\\n\" (must be a "
         "non-empty HTTP token)");
   CHECK(message_of({.status_forcelist = {100, 599}, .allowed_methods = {}}).empty());
 }
@@ -117,4 +120,39 @@ TEST_CASE("Retry-After is parsed without libcurl") {
   CHECK(http::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT",
                               std::chrono::sys_seconds(std::chrono::seconds(0))) ==
         std::chrono::sys_seconds(std::chrono::seconds(1445412480)));
+}
+
+TEST_CASE("a status as an error code tells a gate what the answer says of the upstream") {
+  using coretry::health;
+  CHECK(std::string(http::status_category().name()) == "http-status");
+  CHECK(http::make_status_error(503).message() == "HTTP 503 Service Unavailable");
+  CHECK(http::make_status_error(418).message() == "HTTP 418");
+  CHECK(http::make_status_error(503).category() == http::status_category());
+  // 5xx: the upstream failed; 408: a timeout; 429: a push-back; any other 4xx: the request's
+  // fault, no failure of the upstream.
+  CHECK(coretry::default_health(http::make_status_error(500)) == health::unhealthy);
+  CHECK(coretry::default_health(http::make_status_error(503)) == health::unhealthy);
+  CHECK(coretry::default_health(http::make_status_error(408)) == health::unhealthy);
+  CHECK(http::make_status_error(408) == coretry::condition::timed_out);
+  CHECK(coretry::default_health(http::make_status_error(429)) == health::pushback);
+  CHECK(coretry::default_health(http::make_status_error(404)) == health::healthy);
+  CHECK(coretry::default_health(http::make_status_error(400)) == health::healthy);
+  CHECK(http::make_status_error(404) == coretry::condition::client_error);
+  CHECK(http::make_status_error(503) != coretry::condition::client_error);
+}
+
+TEST_CASE("an HTTP token is one or more tchar, and a refused value is shown on one bounded line") {
+  CHECK(http::is_token("GET"));
+  CHECK(http::is_token("X-Request-Id"));
+  CHECK(http::is_token("!#$%&'*+-.^_`|~09azAZ"));
+  CHECK_FALSE(http::is_token(""));
+  CHECK_FALSE(http::is_token("GE T"));
+  CHECK_FALSE(http::is_token("Host:"));
+  CHECK_FALSE(http::is_token("GET\r\n"));
+  CHECK_FALSE(http::is_token("caf\xc3\xa9"));
+  CHECK(http::detail::escaped("a\r\nb") == "\"a\\r\\nb\"");
+  CHECK(http::detail::escaped("q\"\\") == "\"q\\\"\\\\\"");
+  CHECK(http::detail::escaped(std::string_view("\0\x7f\xff", 3)) == "\"\\x00\\x7f\\xff\"");
+  const std::string long_value(70, 'v');
+  CHECK(http::detail::escaped(long_value) == "\"" + std::string(64, 'v') + "\"...");
 }

@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <cstddef>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -31,6 +30,7 @@
 #include <tuple>
 #include <typeinfo>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/compose.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -57,6 +57,28 @@ struct endpoint {
   std::string service = "80"; ///< "8080", "http"
 };
 
+// g++ 12 miscompiles an aggregate temporary written inside a `co_await` expression (the
+// temporary is copied bitwise into the coroutine frame and both copies are destroyed: free():
+// invalid pointer), as in `co_await retry(ex, {"example.com", "80"}, req, policy)`. No callee can
+// repair an argument that arrives that way, so on g++ 12 the front ends take the endpoint and the
+// rules only as objects (a braced list cannot deduce them) and their policy with no default type,
+// and a braced list selects an overload that fails to compile, saying what to write; as
+// `coretry::retry_async` refuses a braced policy (<coretry/detail/braced_policy.hpp>). g++ 13 and
+// later, and clang, take the braced lists.
+#if CORETRY_REFUSE_BRACED_POLICY
+/// The endpoint parameter of the front ends: an `endpoint` object (named or not) on g++ 12, where
+/// a braced endpoint is refused.
+#define CORETRY_BEAST_ENDPOINT ::coretry::detail::exactly<::coretry::beast::endpoint> auto
+/// The rules parameter of the front ends: a `coretry::http::retry_rules` object on g++ 12, where
+/// braced rules are refused.
+#define CORETRY_BEAST_RULES const ::coretry::detail::exactly<::coretry::http::retry_rules> auto&
+#else
+/// The endpoint parameter of the front ends: an `endpoint`.
+#define CORETRY_BEAST_ENDPOINT ::coretry::beast::endpoint
+/// The rules parameter of the front ends: a `const coretry::http::retry_rules&`.
+#define CORETRY_BEAST_RULES const ::coretry::http::retry_rules&
+#endif
+
 namespace detail {
 
 /// The most bytes an exchange buffers at once: a status line and fields (Beast's parser stops at
@@ -82,44 +104,8 @@ template <class ResponseBody> struct exchange_state {
   std::optional<http::response_parser<ResponseBody>> parser;
 };
 
-/// The value of a refused field in a message: quoted, control characters escaped, cut after 64
-/// characters, so that the message stays one line (as coretry::curl writes its values).
-inline std::string escaped(std::string_view v) {
-  constexpr std::size_t limit = 64;
-  std::string out = "\"";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
-    const auto c = static_cast<unsigned char>(v[i]);
-    if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += v.size() > limit ? "\"..." : "\"";
-  return out;
-}
-
-/// RFC 9110's token: one or more tchar.
-inline bool is_token(std::string_view s) noexcept {
-  if (s.empty())
-    return false;
-  for (const char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-    if (!ok)
-      return false;
-  }
-  return true;
-}
+using coretry::http::is_token;
+using coretry::http::detail::escaped;
 
 [[noreturn]] inline void bad_request(const char* where, const std::string& field,
                                      const std::string& value, const std::string& rule) {
@@ -338,7 +324,7 @@ auto async_exchange_checked(const asio::any_io_executor& ex, const endpoint& whe
 /// request cannot be taken back).
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
-auto async_exchange(const asio::any_io_executor& ex, const endpoint& where,
+auto async_exchange(const asio::any_io_executor& ex, const CORETRY_BEAST_ENDPOINT& where,
                     const http::request<RequestBody, Fields>& req, CompletionToken&& token) {
   detail::validate_request(req, "coretry::beast::async_exchange");
   return detail::async_exchange_checked<ResponseBody>(ex, where, req,
@@ -423,6 +409,11 @@ template <class ResponseBody, class RequestBody, class Fields> struct http_attem
           st->last_status = ec ? 0u : r.result_int();
           st->record(ec);
           ctx->http(st->method, static_cast<int>(st->last_status));
+          // The status, for a breaker's health classification, as coretry::curl sets it: a
+          // rejected response reaches the loop as `result_rejected`, which says neither 503 (a
+          // failure) nor 404 (the request's fault) nor 429 (a push-back).
+          if (st->last_status >= 400)
+            ctx->health_code(coretry::http::make_status_error(st->last_status));
           if (!ec && coretry::http::honours_retry_after(st->last_status, st->rules)) {
             const auto field = r.find(http::field::retry_after);
             if (field != r.end())
@@ -493,6 +484,20 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
   return p;
 }
 
+/// The `Host` field `retry` gives a request that has none (every HTTP/1.1 request carries one,
+/// RFC 9112 section 3.2): the endpoint's host, an IPv6 address in brackets, then ":" and the
+/// service when that is a port number other than 80. A service name ("http") adds no port.
+inline std::string default_host(const endpoint& where) {
+  std::string out = where.host.find(':') != std::string::npos && !where.host.starts_with('[')
+                        ? "[" + where.host + "]"
+                        : where.host;
+  const bool port =
+      !where.service.empty() && where.service.find_first_not_of("0123456789") == std::string::npos;
+  if (port && where.service != "80")
+    out += ":" + where.service;
+  return out;
+}
+
 template <class ResponseBody, class RequestBody, class Fields>
 auto prepare(const asio::any_io_executor& ex, endpoint where,
              http::request<RequestBody, Fields> req, coretry::retry_policy policy,
@@ -504,6 +509,15 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
   if (where.service.empty())
     throw std::invalid_argument("coretry::beast::retry: endpoint.service is empty (host \"" +
                                 where.host + "\")");
+  // The host may become the request's Host field: nothing in it may end that line early.
+  for (const char ch : where.host) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c == 0x7f)
+      throw std::invalid_argument("coretry::beast::retry: endpoint.host = " + escaped(where.host) +
+                                  " (must not contain control characters, spaces or DEL)");
+  }
+  if (req.find(http::field::host) == req.end())
+    req.set(http::field::host, default_host(where));
   // Each attempt has a connection of its own: the server may close it after the response.
   req.keep_alive(false);
   req.prepare_payload();
@@ -520,7 +534,8 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 /// - each attempt is one `async_exchange` on a new connection (a retry follows a failure, and a
 ///   failed or cut exchange leaves its connection in a state nobody knows: a request half
 ///   written, a response half read); the request is sent with `Connection: close` and its
-///   payload prepared (`Content-Length`);
+///   payload prepared (`Content-Length`), and a request without a `Host` field gets the
+///   endpoint's (`host`, `host:port` for a port other than 80, `[::1]:8080` for IPv6);
 /// - a request whose method `rules.allowed_methods` lacks (POST, PATCH) and that carries no
 ///   `Idempotency-Key` header is sent once;
 /// - transport errors are retried as `rules` says (refused and unreachable connections; resets,
@@ -541,52 +556,65 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 ///
 /// \returns the accepted response, or the last one when the policy gave up on statuses.
 /// \throws std::invalid_argument at the call for an invalid policy or `rules`, an empty host
-/// or service, or a request `async_exchange` refuses (a method or field name that is not a token,
-/// CR, LF or NUL in a field value, a control character, space or DEL in the target), naming the
-/// field and its value; `std::system_error` with the last transport error when the policy gave up (see
+/// or service, a host with a control character, space or DEL, or a request `async_exchange`
+/// refuses (a method or field name that is not a token, CR, LF or NUL in a field value, a
+/// control character, space or DEL in the target), naming the field and its value;
+/// `std::system_error` with the last transport error when the policy gave up (see
 /// `retry_policy::final_error`), or with `asio::error::operation_aborted` when cancelled.
 ///
 /// @par Per-Operation Cancellation
 /// As `coretry::retry_async`: terminal cancellation of the awaiting coroutine stops the
 /// operation in an attempt (its connection is closed) or in a sleep.
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>>
-retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
-      coretry::retry_policy policy, const coretry::http::retry_rules& rules) {
-  auto [attempt, p] =
-      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy, CORETRY_BEAST_RULES rules) {
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
   return coretry::retry_async(std::move(attempt), std::move(p));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>>
-retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
-      coretry::retry_policy policy, const coretry::http::retry_rules& rules,
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy, CORETRY_BEAST_RULES rules,
       coretry::retry_stats& stats) {
-  auto [attempt, p] =
-      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
   return coretry::retry_async(std::move(attempt), std::move(p), stats);
 }
 
 /// As above, with the default `coretry::http::retry_rules` (those of `coretry::curl::retry`).
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>> retry(const asio::any_io_executor& ex, endpoint where,
-                                                    http::request<RequestBody, Fields> req,
-                                                    coretry::retry_policy policy) {
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy) {
   // The rules are made here, never as a default argument: g++ 12 miscompiles a temporary with
   // default member initializers inside the caller's co_await expression.
   const coretry::http::retry_rules rules;
-  return retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
+  return coretry::retry_async(std::move(attempt), std::move(p));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
-template <class ResponseBody = http::string_body, class RequestBody, class Fields>
-asio::awaitable<http::response<ResponseBody>>
-retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
-      coretry::retry_policy policy, coretry::retry_stats& stats) {
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class Policy CORETRY_DEFAULT_POLICY>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
+      http::request<RequestBody, Fields> req, Policy&& policy, coretry::retry_stats& stats) {
   const coretry::http::retry_rules rules;
-  return retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules, stats);
+  auto [attempt, p] = detail::prepare<ResponseBody>(
+      ex, std::move(where), std::move(req),
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
+  return coretry::retry_async(std::move(attempt), std::move(p), stats);
 }
 
 /// `retry` with a completion token: callbacks, `use_future`, `as_tuple(use_awaitable)`, ...
@@ -602,9 +630,9 @@ retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody
 /// stops the operation; the handler gets `operation_aborted`, once.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
-auto async_retry(const asio::any_io_executor& ex, endpoint where,
+auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
                  http::request<RequestBody, Fields> req, coretry::retry_policy policy,
-                 const coretry::http::retry_rules& rules, CompletionToken&& token) {
+                 CORETRY_BEAST_RULES rules, CompletionToken&& token) {
   auto [attempt, p] =
       detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
   return coretry::async_retry(ex, std::move(attempt), std::move(p),
@@ -614,12 +642,160 @@ auto async_retry(const asio::any_io_executor& ex, endpoint where,
 /// As above, with the default `coretry::http::retry_rules`.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
-auto async_retry(const asio::any_io_executor& ex, endpoint where,
+auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
                  http::request<RequestBody, Fields> req, coretry::retry_policy policy,
                  CompletionToken&& token) {
   const coretry::http::retry_rules rules;
-  return async_retry<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules,
-                                   std::forward<CompletionToken>(token));
+  auto [attempt, p] =
+      detail::prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  return coretry::async_retry(ex, std::move(attempt), std::move(p),
+                              std::forward<CompletionToken>(token));
 }
+
+#if CORETRY_REFUSE_BRACED_POLICY
+// g++ 12: a braced endpoint, rules or policy lands in one of these and fails to compile, saying
+// what to write (see CORETRY_BEAST_ENDPOINT above).
+namespace detail {
+
+/// `endpoint`'s members, in its order: what a braced `{"host", "80"}` argument initialises on
+/// g++ 12, only to be refused. Keep in step with `endpoint`.
+struct braced_endpoint {
+  std::string host;
+  std::string service = "80";
+};
+
+/// `coretry::http::retry_rules`' members, in its order: what braced rules initialise on g++ 12,
+/// only to be refused. Keep in step with `retry_rules` (a member missing here makes the braced
+/// form fail with a plainer message, never run).
+struct braced_rules {
+  std::vector<int> status_forcelist{};
+  std::vector<std::string> allowed_methods{};
+  std::vector<int> retry_after_status_codes{};
+  bool retry_dns_failures = false;
+  std::optional<unsigned> connect_retries{};
+  std::optional<unsigned> read_retries{};
+  std::optional<unsigned> status_retries{};
+};
+
+} // namespace detail
+
+#define CORETRY_BEAST_REFUSE_BRACED(G)                                                             \
+  static_assert(::coretry::detail::braced_policy_refused<G>,                                       \
+                "g++ 12 miscompiles a braced endpoint or retry_rules inside co_await (the "        \
+                "temporary is copied bitwise and destroyed twice: free(): invalid pointer). Name " \
+                "them first: const coretry::beast::endpoint api{\"example.com\", \"80\"}; "        \
+                "const coretry::http::retry_rules rules{.status_retries = 2}; "                    \
+                "co_await coretry::beast::retry(ex, api, std::move(req), policy, rules);")
+
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_exchange(const asio::any_io_executor& ex, const detail::braced_endpoint&,
+                    const http::request<RequestBody, Fields>& req, CompletionToken&& token) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  // The real return type, so that the refusal is the only error a co_await of it reports.
+  static const endpoint none;
+  return detail::async_exchange_checked<ResponseBody>(ex, none, req,
+                                                      std::forward<CompletionToken>(token));
+}
+
+// A braced endpoint (the policy and the rules as they come).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy, coretry::retry_stats&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy, const coretry::http::retry_rules&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, detail::braced_endpoint, http::request<RequestBody, Fields>,
+      coretry::retry_policy, const coretry::http::retry_rules&, coretry::retry_stats&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+
+// Braced rules (a named endpoint; a braced policy is refused below).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields, class Policy>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      Policy&&, detail::braced_rules) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields, class Policy>
+requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      Policy&&, detail::braced_rules, coretry::retry_stats&) {
+  CORETRY_BEAST_REFUSE_BRACED(ResponseBody);
+  return {};
+}
+
+// A braced policy (a named endpoint; the rules as they come), as coretry::retry_async refuses it.
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy, coretry::retry_stats&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy, const coretry::http::retry_rules&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT, http::request<RequestBody, Fields>,
+      coretry::detail::braced_policy, const coretry::http::retry_rules&, coretry::retry_stats&) {
+  CORETRY_REFUSE_BRACED_POLICY_ASSERT(ResponseBody);
+  return {};
+}
+
+// async_retry: a braced endpoint or braced rules (a braced policy is taken, as by
+// coretry::async_retry: nothing is awaited with a callback).
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor&, detail::braced_endpoint,
+                 http::request<RequestBody, Fields>, coretry::retry_policy,
+                 const coretry::http::retry_rules&, CompletionToken&&) {
+  CORETRY_BEAST_REFUSE_BRACED(CompletionToken);
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor&, detail::braced_endpoint,
+                 http::request<RequestBody, Fields>, coretry::retry_policy, CompletionToken&&) {
+  CORETRY_BEAST_REFUSE_BRACED(CompletionToken);
+}
+template <class ResponseBody = http::string_body, class RequestBody, class Fields,
+          class CompletionToken>
+auto async_retry(const asio::any_io_executor&, CORETRY_BEAST_ENDPOINT,
+                 http::request<RequestBody, Fields>, coretry::retry_policy, detail::braced_rules,
+                 CompletionToken&&) {
+  CORETRY_BEAST_REFUSE_BRACED(CompletionToken);
+}
+#endif
 
 } // namespace coretry::beast

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace coretry::http {
@@ -108,6 +109,11 @@ CORETRY_API bool is_retryable_status(long status, const retry_rules& rules) noex
 /// Whether `status` is retried by default: 408, 429, 500, 502, 503, 504. Allocates nothing.
 CORETRY_API bool is_retryable_status(long status) noexcept;
 
+/// Whether `s` is an HTTP token (RFC 9110, section 5.6.2): one or more of the letters, digits
+/// and ``!#$%&'*+-.^_`|~``. A method and a field name are tokens; anything else written in their
+/// place (a space, CR, LF, a colon) would change the request on the wire.
+CORETRY_API bool is_token(std::string_view s) noexcept;
+
 /// Whether `method` is idempotent (RFC 9110): GET, HEAD, OPTIONS, PUT, DELETE, TRACE.
 /// Compared case-sensitively, as methods are.
 CORETRY_API bool is_idempotent(std::string_view method) noexcept;
@@ -142,6 +148,28 @@ inline bool is_pushback_status(long status) noexcept {
 /// slows down on it (`retry_policy::throttle_if`).
 inline bool slows_sending_rate(long status) noexcept {
   return status == 429 || status == 503;
+}
+
+/// The category of HTTP statuses as `std::error_code` values ("HTTP 503 Service Unavailable");
+/// its name is "http-status". A status is never a transport error: an HTTP client sets one as
+/// an attempt's health code (`attempt_context::health_code`), so that a breaker or an adaptive
+/// throttle hears what a rejected response says of the upstream, and may report one in retry
+/// events. Its values fall in coretry's health conditions (`coretry::default_health`):
+///
+/// | status                  | condition                   | to a breaker |
+/// |-------------------------|-----------------------------|--------------|
+/// | 429                     | `condition::pushback`       | a push-back, no failure |
+/// | 408                     | `condition::timed_out`      | a failure |
+/// | any other 4xx           | `condition::client_error`   | not a failure (the request's fault) |
+/// | 5xx (and anything else) | none                        | a failure |
+///
+/// `coretry::curl::http_status_category()` is this category. Thread-safe.
+CORETRY_API const std::error_category& status_category() noexcept;
+
+/// `{status, status_category()}`: what `coretry::curl` and `coretry::beast` set as the health
+/// code of every response of 400 or more.
+inline std::error_code make_status_error(long status) noexcept {
+  return {static_cast<int>(status), status_category()};
 }
 
 /// The longest wait `parse_retry_after` reports (2^31 - 1 s, about 68 years): larger values
@@ -179,6 +207,12 @@ parse_retry_after(std::string_view value,
                   std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
 namespace detail {
+/// `v` as a bounded, one-line C-like string literal for an error message: quoted, CR and LF as
+/// `\r` and `\n`, `"` and `\` escaped, any other control or non-ASCII byte as `\xNN`, cut after
+/// 64 bytes (then followed by `...`). How the HTTP adapters (`coretry::curl`, `coretry::beast`)
+/// and `retry_rules::validate` show a refused value.
+CORETRY_API std::string escaped(std::string_view v);
+
 /// `retry_rules::validate`, naming the fields "<prefix><field>" in "<where>: ..." (the curl
 /// adapter checks `request::retry_rules` as "coretry::curl::request: retry_rules.<field>").
 CORETRY_API void validate_rules(const retry_rules& rules, const char* where,

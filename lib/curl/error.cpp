@@ -2,6 +2,7 @@
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/request.hpp>
 #include <coretry/error.hpp>
+#include <coretry/http.hpp>
 
 #include <curl/curl.h>
 
@@ -88,65 +89,11 @@ public:
     return std::error_category::equivalent(value, cond);
   }
 };
-class status_category final : public std::error_category {
-public:
-  const char* name() const noexcept override { return "http-status"; }
-  std::string message(int value) const override {
-    const char* reason = "";
-    switch (value) {
-    case 400:
-      reason = " Bad Request";
-      break;
-    case 401:
-      reason = " Unauthorized";
-      break;
-    case 403:
-      reason = " Forbidden";
-      break;
-    case 404:
-      reason = " Not Found";
-      break;
-    case 408:
-      reason = " Request Timeout";
-      break;
-    case 429:
-      reason = " Too Many Requests";
-      break;
-    case 500:
-      reason = " Internal Server Error";
-      break;
-    case 502:
-      reason = " Bad Gateway";
-      break;
-    case 503:
-      reason = " Service Unavailable";
-      break;
-    case 504:
-      reason = " Gateway Timeout";
-      break;
-    default:
-      break;
-    }
-    return "HTTP " + std::to_string(value) + reason;
-  }
-  // What a status says of the upstream's health (coretry::default_health): 429 asks the client
-  // to slow down; 408 is a timeout; any other 4xx blames the request; a 5xx is the upstream's
-  // failure (in no condition: unhealthy).
-  bool equivalent(int value, const std::error_condition& cond) const noexcept override {
-    if (cond == coretry::condition::pushback)
-      return value == 429;
-    if (cond == coretry::condition::timed_out)
-      return value == 408;
-    if (cond == coretry::condition::client_error)
-      return value >= 400 && value < 500 && value != 408 && value != 429;
-    return std::error_category::equivalent(value, cond);
-  }
-};
 } // namespace
 
+// The core library's category (coretry::http::status_category), under curl's older name.
 const std::error_category& http_status_category() noexcept {
-  static const status_category instance;
-  return instance;
+  return coretry::http::status_category();
 }
 
 const std::error_category& curl_category() noexcept {

@@ -4,9 +4,9 @@
 // reaches libcurl.
 
 #include <coretry/curl/request.hpp>
+#include <coretry/http.hpp>
 #include <coretry/registry.hpp>
 
-#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -19,49 +19,15 @@ namespace coretry::curl {
 
 namespace {
 
-// The value as a readable, bounded C-like string literal: control characters escaped, long
-// values cut, so that the message stays one line whatever the caller passed.
-std::string escaped(std::string_view v) {
-  constexpr std::size_t limit = 64;
-  std::string out = "\"";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
-    const auto c = static_cast<unsigned char>(v[i]);
-    if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += v.size() > limit ? "\"..." : "\"";
-  return out;
-}
+// The value as a readable, bounded C-like string literal (coretry::http's, shared with Beast).
+using coretry::http::detail::escaped;
 
 [[noreturn]] void bad(const char* where, const std::string& field, const std::string& value,
                       const char* rule) {
   throw_invalid(where, field, value, rule);
 }
 
-// RFC 9110 tchar.
-bool is_token(std::string_view s) noexcept {
-  if (s.empty())
-    return false;
-  for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-    if (!ok)
-      return false;
-  }
-  return true;
-}
+using coretry::http::is_token;
 
 } // namespace
 

@@ -443,6 +443,81 @@ TEST_CASE("a policy's own response filter replaces the status rule; status_retri
   }
 }
 
+TEST_CASE("a breaker hears Beast's 503 answers as failures and opens on them") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(503, "busy"));
+  auto breaker = std::make_shared<coretry::circuit_breaker>(
+      coretry::circuit_breaker_options{.consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+  auto policy = quick_policy(5);
+  policy.breaker = breaker;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  CHECK(out.ec == coretry::errc::circuit_open);
+  CHECK(breaker->failures() == 2);
+  CHECK(breaker->times_opened() == 1);
+  CHECK(breaker->state() == coretry::breaker_state::open);
+  CHECK(server.requests() == 2); // the third attempt was refused, never sent
+}
+
+TEST_CASE("a 404 the caller's filter rejects is no breaker failure: the request's fault, as curl "
+          "tells it") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(404, "not yet"));
+  auto breaker = std::make_shared<coretry::circuit_breaker>(
+      coretry::circuit_breaker_options{.consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+  // The filter makes each 404 a rejected result (`errc::result_rejected`), which a breaker would
+  // count as a failure without the status the attempt tells it (`attempt_context::health_code`).
+  auto policy = quick_policy(4).retry_if_result<http::response<http::string_body>>(
+      [](const http::response<http::string_body>& r) { return r.result_int() == 404; });
+  policy.breaker = breaker;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 404);
+  CHECK(out.stats.attempts == 4);
+  CHECK(breaker->failures() == 0);
+  CHECK(breaker->times_opened() == 0);
+  CHECK(breaker->state() == coretry::breaker_state::closed);
+}
+
+TEST_CASE("a request without Host is sent with the endpoint's; one with its own keeps it") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::ok("fine"));
+  http::request<http::string_body> bare{http::verb::get, "/", 11};
+  REQUIRE(bare.find(http::field::host) == bare.end());
+  auto out = retry_on(io, at(server.port()), std::move(bare), quick_policy(1));
+  REQUIRE_FALSE(out.ec);
+  auto own = make_request(http::verb::get, "/"); // Host: 127.0.0.1
+  own.set(http::field::host, "api.example.com");
+  out = retry_on(io, at(server.port()), std::move(own), quick_policy(1));
+  REQUIRE_FALSE(out.ec);
+  REQUIRE(server.log().size() == 2);
+  CHECK(server.log()[0].header("Host") == "127.0.0.1:" + std::to_string(server.port()));
+  CHECK(server.log()[1].header("Host") == "api.example.com");
+
+  using coretry::beast::detail::default_host;
+  CHECK(default_host({"example.com", "80"}) == "example.com");
+  CHECK(default_host({"example.com", "http"}) == "example.com");
+  CHECK(default_host({"example.com", "8080"}) == "example.com:8080");
+  CHECK(default_host({"::1", "8080"}) == "[::1]:8080");
+  CHECK(default_host({"[::1]", "80"}) == "[::1]");
+
+  // A host that would end the Host line early is refused at the call, before anything is sent.
+  coretry::beast::endpoint bad = at(server.port());
+  bad.host = "127.0.0.1\r\nX-Injected: 1";
+  std::string what;
+  try {
+    [[maybe_unused]] auto aw = coretry::beast::retry(
+        io.get_executor(), bad, make_request(http::verb::get, "/"), quick_policy(1));
+  } catch (const std::invalid_argument& e) {
+    what = e.what();
+  }
+  CHECK(what == "coretry::beast::retry: endpoint.host = \"127.0.0.1\\r\\nX-Injected: 1\" (must "
+                "not contain control characters, spaces or DEL)");
+  CHECK(server.log().size() == 2);
+}
+
 TEST_CASE("a Retry-After on a status the rules do not honour it for is no hint") {
   asio::io_context io;
   http_fault_server server(io.get_executor());

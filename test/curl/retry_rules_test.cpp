@@ -72,6 +72,15 @@ std::string invalid_message(const std::function<void()>& f) {
 
 } // namespace
 
+TEST_CASE(
+    "curl's status category is coretry::http's: a code made by either name equals the other") {
+  CHECK(&coretry::curl::http_status_category() == &coretry::http::status_category());
+  CHECK(coretry::curl::make_http_status_error(503) == coretry::http::make_status_error(503));
+  CHECK(coretry::curl::make_http_status_error(429).message() == "HTTP 429 Too Many Requests");
+  CHECK(coretry::curl::make_http_status_error(404) == coretry::condition::client_error);
+  CHECK(coretry::curl::make_http_status_error(429) == coretry::condition::pushback);
+}
+
 TEST_CASE("a status added to status_forcelist is retried, one left out is returned at once") {
   asio::io_context io;
   http_fault_server server(io.get_executor());

@@ -4,6 +4,7 @@
 /// Transport errors of the libcurl adapter: `CURLcode` values as `std::error_code`.
 
 #include <coretry/export.hpp>
+#include <coretry/http.hpp>
 
 #include <system_error>
 
@@ -64,14 +65,16 @@ CORETRY_CURL_API bool is_tls_error(const std::error_code& ec) noexcept;
 /// ("TLS: the server's certificate was not verified ..."). Thread-safe.
 CORETRY_CURL_API const std::error_category& curl_category() noexcept;
 
-/// A category whose values are HTTP status codes ("HTTP 503 Service Unavailable"). A status is
-/// never a transport error; `coretry::curl::retry` uses this category only to tell its
-/// `on_retry` hook which status caused a retry. Thread-safe.
+/// The category of HTTP statuses, `coretry::http::status_category()` itself (the same object,
+/// so codes compare equal whichever name made them): "HTTP 503 Service Unavailable". A status is
+/// never a transport error; `coretry::curl::retry` uses this category to tell a breaker what a
+/// response says of the upstream (`attempt_context::health_code`) and its `on_retry` hook which
+/// status caused a retry. Thread-safe.
 CORETRY_CURL_API const std::error_category& http_status_category() noexcept;
 
-/// `{status, http_status_category()}`.
+/// `{status, http_status_category()}`, equal to `coretry::http::make_status_error(status)`.
 inline std::error_code make_http_status_error(long status) noexcept {
-  return {static_cast<int>(status), http_status_category()};
+  return coretry::http::make_status_error(status);
 }
 
 /// `e` as a `std::error_code` of `curl_category()` (found by argument-dependent lookup).

@@ -21,7 +21,8 @@
 // statement (a `shared_policy` likewise: one built inside the `co_await` expression holds the
 // same temporary), or pass a function's result such as `presets::overload_safe()`, which g++ 12
 // compiles correctly. A braced `hedge_options` has the same problem and is not refused yet.
-// docs/core.md, "g++ 12".
+// docs/core.md, "g++ 12". `<coretry/beast.hpp>` refuses its braced endpoint and rules the same
+// way (`exactly`, below), and its braced policy with `braced_policy`.
 
 #include <type_traits>
 
@@ -60,6 +61,12 @@ struct braced_policy {
 };
 
 template <class> inline constexpr bool braced_policy_refused = false;
+
+/// An argument of type `T` exactly, named or not: what a front end takes on g++ 12 in place of a
+/// `T` parameter (`exactly<T> auto`), so that a braced list, which cannot deduce it, selects an
+/// overload that refuses it (`<coretry/beast.hpp>`'s endpoint and rules).
+template <class A, class T>
+concept exactly = std::is_same_v<std::remove_cvref_t<A>, T>;
 
 #define CORETRY_REFUSE_BRACED_POLICY_ASSERT(G)                                                     \
   static_assert(::coretry::detail::braced_policy_refused<G>,                                       \
