@@ -459,6 +459,15 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
       return true;
     return user && user(ec);
   };
+  // The caller's on_retry sees a rejected response as its status, as coretry::curl reports it.
+  if (p.on_retry)
+    p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
+      if (e.error != coretry::errc::result_rejected || st->last_status == 0)
+        return user(e);
+      coretry::retry_event with_status = e;
+      with_status.error = coretry::http::make_status_error(st->last_status);
+      user(with_status);
+    };
   using response_type = http::response<ResponseBody>;
   if (!p.result_filter)
     p = std::move(p).template retry_if_result<response_type>([st](const response_type& r) {

@@ -217,7 +217,7 @@ TEST_CASE("retry waits what nginx's 503 asks in Retry-After, then returns its 20
   CHECK(out.res.body() == "served within the limit\n");
   CHECK(out.stats.attempts == 2);
   REQUIRE(out.events.size() == 1);
-  CHECK(out.events[0].error == coretry::errc::result_rejected);
+  CHECK(out.events[0].error == coretry::http::make_status_error(503)); // as coretry::curl says
   CHECK(out.events[0].server_hint == 2s);
   // The wait chosen is the server's 2 s, not the policy's 10 ms backoff (as chosen, not timed).
   CHECK(out.events[0].delay == 2s);
@@ -406,6 +406,20 @@ TEST_CASE("the rules' status_retries ends the retries with the status past it") 
   CHECK(out.res.result_int() == 502);
   CHECK(out.res.body() == "second");
   CHECK(out.stats.attempts == 2);
+}
+
+TEST_CASE("on_retry sees a retried response as its HTTP status, as coretry::curl reports it") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(502, "first"));
+  server.push(http_action::ok("second"));
+  // retry_on records what the policy's on_retry sees.
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), quick_policy(3));
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.result_int() == 200);
+  REQUIRE(out.events.size() == 1);
+  CHECK(out.events[0].error == coretry::http::make_status_error(502));
+  CHECK(out.events[0].error.category() == coretry::http::status_category());
 }
 
 TEST_CASE("a policy's own response filter replaces the status rule; status_retries counts only "
