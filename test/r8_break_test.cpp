@@ -257,6 +257,92 @@ TEST_CASE("retry_async on a two-thread io_context: an initiation that posts its 
   }
 }
 
+TEST_CASE("retry_async: a cancellation emitted after an initiation registered a slot handler and "
+          "threw still cancels the operation, once") {
+  asio::io_context io;
+  asio::cancellation_signal sig;
+  int calls = 0;
+  int stale = 0;
+  auto op = [&](auto&& token) {
+    ++calls;
+    return asio::async_initiate<decltype(token), void(error_code, int)>(
+        [&](auto handler) {
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          if (slot.is_connected())
+            slot.assign([&stale](asio::cancellation_type) { ++stale; });
+          // The caller cancels before the loop learns of the throw.
+          asio::post(io, [&sig] { sig.emit(asio::cancellation_type::terminal); });
+          throw std::system_error(refused);
+        },
+        token);
+  };
+  retry_policy p = no_wait(5);
+  p.backoff = coretry::backoff::fixed(10ms);
+  ended r;
+  asio::co_spawn(io, coretry::retry_async(op, p),
+                 asio::bind_cancellation_slot(sig.slot(), [&r](std::exception_ptr e, int v) {
+                   ++r.completions;
+                   if (!e) {
+                     r.value = v;
+                     return;
+                   }
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const std::system_error& se) {
+                     r.error = se.code();
+                   } catch (...) {
+                     r.exception = std::current_exception();
+                   }
+                 }));
+  io.run();
+  CHECK(r.completions == 1);
+  CHECK(!r.value);
+  CHECK(calls == 1); // cancelled: no second attempt
+  CHECK(r.error);
+  CAPTURE(stale);
+}
+
+TEST_CASE("retry_async under ||: a timer wins over an attempt that threw once and then hangs "
+          "until cancelled") {
+  asio::io_context io;
+  int calls = 0;
+  int cancelled = 0;
+  auto op = [&](auto&& token) {
+    const int n = ++calls;
+    return asio::async_initiate<decltype(token), void(error_code, int)>(
+        [&, n](auto handler) {
+          if (n == 1)
+            throw std::system_error(refused);
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          REQUIRE(slot.is_connected());
+          auto h = std::make_shared<decltype(handler)>(std::move(handler));
+          slot.assign([&cancelled, h, &io](asio::cancellation_type) {
+            ++cancelled;
+            asio::post(io, [h] { std::move (*h)(asio::error::operation_aborted, 0); });
+          });
+        },
+        token);
+  };
+  bool timer_won = false;
+  int done = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        asio::steady_timer t(io, 5ms);
+        auto v =
+            co_await (coretry::retry_async(op, no_wait(3)) || t.async_wait(asio::use_awaitable));
+        timer_won = v.index() == 1;
+        ++done;
+      },
+      asio::detached);
+  io.run();
+  CHECK(done == 1);
+  CHECK(timer_won);
+  CHECK(calls == 2);
+  CHECK(cancelled == 1);
+}
+
 #ifdef CORETRY_R8_COMPILE_BREAK
 // FAILS TO COMPILE today on standalone Asio 1.38 (compiles on 1.22 and Boost 1.81, and compiled
 // before 668e547): await_outcome probes `takes_handler<guarded_handler<guard_probe<C>, C>>`,
@@ -278,5 +364,22 @@ TEST_CASE("retry_async: an initiation that posts to its handler's associated exe
   };
   const ended r = await_in(io, coretry::retry_async(op, no_wait(3)));
   CHECK(r.value == 3);
+}
+
+// Same cause: `asio::any_io_executor aex = get_associated_executor(handler, io_ex);` and
+// `asio::defer(get_associated_executor(handler, io_ex), ...)` do not compile either (1.38).
+TEST_CASE("retry_async: an initiation that converts its handler's associated executor to "
+          "any_io_executor compiles and completes") {
+  asio::io_context io;
+  auto op = [&io](auto&& token) {
+    return asio::async_initiate<decltype(token), void(error_code, int)>(
+        [&io](auto handler) {
+          asio::any_io_executor ex = asio::get_associated_executor(handler, io.get_executor());
+          asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(error_code{}, 4); });
+        },
+        token);
+  };
+  const ended r = await_in(io, coretry::retry_async(op, no_wait(3)));
+  CHECK(r.value == 4);
 }
 #endif
