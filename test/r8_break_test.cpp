@@ -383,3 +383,69 @@ TEST_CASE("retry_async: an initiation that converts its handler's associated exe
   CHECK(r.value == 4);
 }
 #endif
+
+namespace {
+/// A token attempt with a context: fails with `refused` (and the hint `hint`) on its first
+/// `fails` calls, then completes with `10 * call`; everything posted.
+struct failing_async {
+  asio::io_context* io;
+  int fails = 1;
+  std::chrono::nanoseconds hint{};
+  int calls = 0;
+  template <class Token> auto operator()(coretry::attempt_context& ctx, Token&& token) {
+    const int n = ++calls;
+    if (n <= fails && hint > std::chrono::nanoseconds::zero())
+      ctx.retry_after(hint);
+    return asio::async_initiate<Token, void(error_code, int)>(
+        [this, n](auto handler) {
+          const error_code ec =
+              n <= fails ? error_code(asio::error::connection_refused) : error_code();
+          asio::post(*io, [h = std::move(handler), ec, n]() mutable { std::move(h)(ec, 10 * n); });
+        },
+        token);
+  }
+};
+} // namespace
+
+TEST_CASE("pushback_if is not asked for a failure that carries a retry_after hint, with a "
+          "breaker or without") {
+  for (const bool with_breaker : {false, true}) {
+    CAPTURE(with_breaker);
+    asio::io_context io;
+    failing_async op{&io, 1, 1ms};
+    int asked = 0;
+    retry_policy p = no_wait(3);
+    p.pushback_if = [&asked](const std::error_code&) {
+      ++asked;
+      return true;
+    };
+    if (with_breaker)
+      p.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{});
+    const ended r = await_in(io, coretry::retry_async(std::ref(op), p));
+    CHECK(r.value == 20);
+    CHECK(asked == 0);
+  }
+}
+
+TEST_CASE("pushback_if is asked once for a failure the policy does not retry, only with a "
+          "breaker (for the gate's health)") {
+  for (const bool with_breaker : {false, true}) {
+    CAPTURE(with_breaker);
+    asio::io_context io;
+    failing_async op{&io, 1};
+    int asked = 0;
+    retry_policy p = no_wait(3);
+    p.retry_if = [](const std::error_code&) { return false; };
+    p.pushback_if = [&asked](const std::error_code&) {
+      ++asked;
+      return false;
+    };
+    if (with_breaker)
+      p.breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{});
+    const ended r = await_in(io, coretry::retry_async(std::ref(op), p));
+    CHECK(op.calls == 1);
+    CHECK(r.error);
+    CHECK(!r.value);
+    CHECK(asked == (with_breaker ? 1 : 0));
+  }
+}
