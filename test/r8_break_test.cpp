@@ -318,7 +318,7 @@ TEST_CASE("retry_async under ||: a timer wins over an attempt that threw once an
           auto h = std::make_shared<decltype(handler)>(std::move(handler));
           slot.assign([&cancelled, h, &io](asio::cancellation_type) {
             ++cancelled;
-            asio::post(io, [h] { std::move (*h)(asio::error::operation_aborted, 0); });
+            asio::post(io, [h] { std::move (*h)(error_code(asio::error::operation_aborted), 0); });
           });
         },
         token);
