@@ -237,13 +237,11 @@ struct posts_then_throws {
 };
 } // namespace
 
-// FAILS today (data race, found by TSan; ASan may show a double resume or a use after move):
-// guard_box::take is not synchronised, so when the attempt's handler runs on one thread of a
-// multi-threaded io_context while the initiation throws on another, both take the coroutine's
-// handler. Unskip once guard_box is thread-safe (e.g. an atomic flag).
+// Failed at fd06422 (a data race, found by TSan): guard_box::take was not synchronised, so when
+// the attempt's handler ran on one thread of a multi-threaded io_context while the initiation
+// threw on another, both took the coroutine's handler. Now one atomic exchange decides.
 TEST_CASE("retry_async on a two-thread io_context: an initiation that posts its handler and "
-          "then throws completes the operation once" *
-          doctest::skip()) {
+          "then throws completes the operation once") {
   for (int round = 0; round < 200; ++round) {
     asio::io_context io;
     posts_then_throws op{&io};
@@ -343,14 +341,11 @@ TEST_CASE("retry_async under ||: a timer wins over an attempt that threw once an
   CHECK(cancelled == 1);
 }
 
-#ifdef CORETRY_R8_COMPILE_BREAK
-// FAILS TO COMPILE today on standalone Asio 1.38 (compiles on 1.22 and Boost 1.81, and compiled
-// before 668e547): await_outcome probes `takes_handler<guarded_handler<guard_probe<C>, C>>`,
-// which instantiates the initiation's body with a handler whose associated executor is
-// guard_probe's default, `inline_executor` on 1.38; the usual idiom
-// `asio::post(asio::get_associated_executor(handler, io_ex), ...)` then does not compile
-// (inline_executor cannot be posted to), a hard error inside the op's body. Build with
-// -DCORETRY_R8_COMPILE_BREAK once fixed, and drop the guard.
+// Failed to compile at fd06422 on standalone Asio 1.38 (and compiled before 668e547):
+// await_outcome's check of whether the op takes a guarded handler instantiated the initiation's
+// body with a stand-in handler whose associated executor was Asio 1.38's `inline_executor`, so
+// `asio::post(asio::get_associated_executor(handler, io_ex), ...)` was a hard error. The
+// stand-in now has use_awaitable's executor type.
 TEST_CASE("retry_async: an initiation that posts to its handler's associated executor compiles "
           "and completes") {
   asio::io_context io;
@@ -382,7 +377,6 @@ TEST_CASE("retry_async: an initiation that converts its handler's associated exe
   const ended r = await_in(io, coretry::retry_async(op, no_wait(3)));
   CHECK(r.value == 4);
 }
-#endif
 
 namespace {
 /// A token attempt with a context: fails with `refused` (and the hint `hint`) on its first

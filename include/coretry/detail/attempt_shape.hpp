@@ -22,6 +22,7 @@
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -242,11 +243,14 @@ template <class Op> struct attempt_shape<Op, attempt_form::awaitable> {
 /// (`guarded_initiation`), so that whichever comes first completes the coroutine, once.
 template <class H> struct guard_box {
   std::optional<H> handler;
+  /// Set by whichever side takes the handler first: the attempt's handler may run on another
+  /// thread (a multi-threaded context) while its initiating function is still throwing.
+  std::atomic<bool> taken{false};
   explicit guard_box(H&& h) : handler(std::move(h)) {}
-  /// Takes the coroutine's handler out, or nothing when the attempt has ended already.
+  /// Takes the coroutine's handler out, or nothing when the other side has taken it.
   std::optional<H> take() noexcept(std::is_nothrow_move_constructible_v<H>) {
     std::optional<H> h;
-    if (handler) {
+    if (!taken.exchange(true, std::memory_order_acq_rel)) {
       h.emplace(std::move(*handler));
       handler.reset();
     }
@@ -277,7 +281,14 @@ template <class H, class C> struct guarded_handler {
 };
 
 /// Stands for use_awaitable's handler when asking whether an attempt takes a `guarded_handler`.
+/// Its executor and slot are use_awaitable's (by default), so that an initiation asking for the
+/// handler's executor (`post(get_associated_executor(handler, ex), ...)`) sees the same type
+/// here as when it runs; without one Asio 1.38 would answer with its `inline_executor`.
 template <class C> struct guard_probe {
+  using executor_type = asio::any_io_executor;
+  using cancellation_slot_type = asio::cancellation_slot;
+  executor_type get_executor() const noexcept;
+  cancellation_slot_type get_cancellation_slot() const noexcept;
   void operator()(std::exception_ptr, std::optional<C>) {}
 };
 
