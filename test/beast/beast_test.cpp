@@ -885,3 +885,79 @@ TEST_CASE("r9: async_retry takes a shared_policy as retry does") {
                   std::invalid_argument);
 }
 #endif
+
+// r9: a response rejected below 400 carries no health code (the attempt sets one only for 400 and
+// more, as coretry::curl does), so the breaker classifies `errc::result_rejected` and counts a
+// failure: a healthy server answering "202 pending" to a poll, or a 302 the rules retry, opens
+// the breaker. Beast counted these before this session too (it set no health code at all), and
+// coretry::curl does the same. Failing: skipped.
+TEST_CASE("r9: a 2xx or 3xx the policy rejects is no breaker failure" * doctest::skip()) {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::with_status(202, "pending"));
+  auto breaker = std::make_shared<coretry::circuit_breaker>(
+      coretry::circuit_breaker_options{.consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+  auto policy = quick_policy(4).retry_if_result<http::response<http::string_body>>(
+      [](const http::response<http::string_body>& r) { return r.result_int() == 202; });
+  policy.breaker = breaker;
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  CHECK_FALSE(out.ec);
+  CHECK(out.stats.attempts == 4);
+  CHECK(breaker->failures() == 0);
+  CHECK(breaker->state() == coretry::breaker_state::closed);
+
+  server.set_default(http_action::with_status(302, "elsewhere"));
+  auto breaker302 = std::make_shared<coretry::circuit_breaker>(
+      coretry::circuit_breaker_options{.consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+  auto policy302 = quick_policy(4);
+  policy302.breaker = breaker302;
+  coretry::http::retry_rules rules;
+  rules.status_forcelist = {302};
+  out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy302, rules);
+  CHECK_FALSE(out.ec);
+  CHECK(breaker302->failures() == 0);
+  CHECK(breaker302->state() == coretry::breaker_state::closed);
+}
+
+// r9: 429 with and without Retry-After is a push-back to a breaker, never a failure; a 503
+// without Retry-After is a failure. Passes.
+TEST_CASE("r9: a breaker hears 429 as a push-back with or without Retry-After") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  auto run = [&](http_action action) {
+    server.set_default(std::move(action));
+    auto breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+        .consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+    auto policy = quick_policy(3);
+    policy.max_retry_after = 1s;
+    policy.breaker = breaker;
+    (void)retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+    return breaker;
+  };
+  auto b = run(http_action::with_status(429, "slow down"));
+  CHECK(b->failures() == 0);
+  CHECK(b->state() == coretry::breaker_state::closed);
+  b = run(http_action::retry_after(429, "0"));
+  CHECK(b->failures() == 0);
+  b = run(http_action::with_status(503, "busy"));
+  CHECK(b->failures() == 2);
+}
+
+// r9: a 503 with "Retry-After: 0" counts as a breaker failure, while the same 503 with
+// "Retry-After: 1" is a push-back: the loop makes an answer a push-back by its hint being
+// positive (schedule's gate_health), not by its carrying a valid Retry-After as
+// coretry::curl::retry's documentation says. Predates this session (core and curl alike).
+// Failing: skipped.
+TEST_CASE("r9: a 503 with Retry-After: 0 is a push-back, as one with Retry-After: 1" *
+          doctest::skip()) {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  server.set_default(http_action::retry_after(503, "0"));
+  auto breaker = std::make_shared<coretry::circuit_breaker>(
+      coretry::circuit_breaker_options{.consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+  auto policy = quick_policy(3);
+  policy.breaker = breaker;
+  (void)retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy);
+  CHECK(breaker->failures() == 0);
+  CHECK(breaker->pushbacks() == 2);
+}
