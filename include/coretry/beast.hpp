@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -32,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -43,6 +45,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <netdb.h>
 
 namespace coretry::beast {
 
@@ -493,17 +496,45 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
   return p;
 }
 
+/// The port `service` names, or 0 when it names none: a decimal number (leading zeros allowed),
+/// or a TCP service name of the system's services database ("http", "https", "http-alt").
+inline unsigned service_port(const std::string& service) {
+  if (!service.empty() && service.find_first_not_of("0123456789") == std::string::npos) {
+    unsigned port = 0;
+    for (const char c : service) {
+      port = port * 10 + static_cast<unsigned>(c - '0');
+      if (port > 65535)
+        return 0;
+    }
+    return port;
+  }
+  if (service == "http")
+    return 80;
+  if (service == "https") // known without /etc/services, which a minimal system may lack
+    return 443;
+  servent entry{};
+  servent* found = nullptr;
+  char buffer[1024];
+  if (::getservbyname_r(service.c_str(), "tcp", &entry, buffer, sizeof buffer, &found) != 0 ||
+      found == nullptr)
+    return 0;
+  return ntohs(static_cast<std::uint16_t>(found->s_port));
+}
+
 /// The `Host` field `retry` gives a request that has none (every HTTP/1.1 request carries one,
-/// RFC 9112 section 3.2): the endpoint's host, an IPv6 address in brackets, then ":" and the
-/// service when that is a port number other than 80. A service name ("http") adds no port.
+/// RFC 9112 section 3.2): the endpoint's host, an IPv6 address in brackets and without its zone
+/// (`fe80::1%eth0` is `[fe80::1]`: a zone means nothing to the server), then ":" and the port
+/// the service names (a number or a service name such as "https") when it is not 80.
 inline std::string default_host(const endpoint& where) {
-  std::string out = where.host.find(':') != std::string::npos && !where.host.starts_with('[')
-                        ? "[" + where.host + "]"
-                        : where.host;
-  const bool port =
-      !where.service.empty() && where.service.find_first_not_of("0123456789") == std::string::npos;
-  if (port && where.service != "80")
-    out += ":" + where.service;
+  std::string out = where.host;
+  if (out.find(':') != std::string::npos) { // IPv6: bracketed, without a zone
+    if (out.starts_with('[') && out.ends_with(']'))
+      out = out.substr(1, out.size() - 2);
+    out = "[" + out.substr(0, out.find('%')) + "]";
+  }
+  const unsigned port = service_port(where.service);
+  if (port != 0 && port != 80)
+    out += ":" + std::to_string(port);
   return out;
 }
 
@@ -516,8 +547,8 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
   if (where.host.empty())
     throw std::invalid_argument("coretry::beast::retry: endpoint.host is empty");
   if (where.service.empty())
-    throw std::invalid_argument("coretry::beast::retry: endpoint.service is empty (host \"" +
-                                where.host + "\")");
+    throw std::invalid_argument("coretry::beast::retry: endpoint.service is empty (host " +
+                                escaped(where.host) + ")");
   // The host may become the request's Host field: nothing in it may end that line early.
   for (const char ch : where.host) {
     const auto c = static_cast<unsigned char>(ch);

@@ -74,7 +74,8 @@ CORETRY_CURL_API const std::error_category& http_status_category() noexcept;
 
 /// `{status, http_status_category()}`, equal to `coretry::http::make_status_error(status)`.
 inline std::error_code make_http_status_error(long status) noexcept {
-  return coretry::http::make_status_error(status);
+  // Through libcoretry_curl's own export, so that a program linking it alone still links.
+  return {static_cast<int>(status), http_status_category()};
 }
 
 /// `e` as a `std::error_code` of `curl_category()` (found by argument-dependent lookup).

@@ -62,11 +62,13 @@ struct braced_policy {
 
 template <class> inline constexpr bool braced_policy_refused = false;
 
-/// An argument of type `T` exactly, named or not: what a front end takes on g++ 12 in place of a
-/// `T` parameter (`exactly<T> auto`), so that a braced list, which cannot deduce it, selects an
-/// overload that refuses it (`<coretry/beast.hpp>`'s endpoint and rules).
+/// An object that converts to `T` (a `T`, one derived from it, or one converting to it), named
+/// or not: what a front end takes on g++ 12 in place of a `T` parameter (`exactly<T> auto`), so
+/// that a braced list, which cannot deduce it, selects an overload that refuses it
+/// (`<coretry/beast.hpp>`'s endpoint and rules), while every argument a `T` parameter took is
+/// still taken.
 template <class A, class T>
-concept exactly = std::is_same_v<std::remove_cvref_t<A>, T>;
+concept exactly = std::is_convertible_v<A, T>;
 
 #define CORETRY_REFUSE_BRACED_POLICY_ASSERT(G)                                                     \
   static_assert(::coretry::detail::braced_policy_refused<G>,                                       \
