@@ -360,7 +360,7 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 ///   origin), a refused attempt ends the operation with `circuit_open_error` (code
 ///   `coretry::errc::circuit_open`) whether or not an attempt ran before; its
 ///   `last_response()` holds the last retryable response, if any. A 429, and any answer with a
-///   valid `Retry-After`, is a push-back (`retry_policy::pushback_if`): retried, but no failure
+///   valid `Retry-After` of more than zero, is a push-back (`retry_policy::pushback_if`): retried, but no failure
 ///   for the breaker. The breaker hears the status of every response of 400 or more
 ///   (`attempt_context::health_code`), whatever is retried: by the default classification
 ///   (`default_health`) an HTTP 5xx and a 408 are failures, a 429 a push-back, any other 4xx
