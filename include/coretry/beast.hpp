@@ -430,6 +430,41 @@ template <class ResponseBody, class RequestBody, class Fields> struct http_attem
   }
 };
 
+/// The port `service` names, or 0 when it names none: a decimal number (leading zeros allowed),
+/// or a TCP service name of the system's services database ("http", "https", "http-alt").
+inline unsigned service_port(const std::string& service) {
+  if (!service.empty() && service.find_first_not_of("0123456789") == std::string::npos) {
+    unsigned port = 0;
+    for (const char c : service) {
+      port = port * 10 + static_cast<unsigned>(c - '0');
+      if (port > 65535)
+        return 0;
+    }
+    return port;
+  }
+  if (service == "http")
+    return 80;
+  if (service == "https") // known without /etc/services, which a minimal system may lack
+    return 443;
+  servent entry{};
+  servent* found = nullptr;
+  char buffer[1024];
+  if (::getservbyname_r(service.c_str(), "tcp", &entry, buffer, sizeof buffer, &found) != 0 ||
+      found == nullptr)
+    return 0;
+  return ntohs(static_cast<std::uint16_t>(found->s_port));
+}
+
+/// `host` as a URI writes it: an IPv6 address in brackets and without its zone (`fe80::1%eth0`
+/// is `[fe80::1]`: a zone means nothing outside this machine).
+inline std::string uri_host(const std::string& host) {
+  if (host.find(':') == std::string::npos)
+    return host;
+  std::string bare =
+      host.starts_with('[') && host.ends_with(']') ? host.substr(1, host.size() - 2) : host;
+  return "[" + bare.substr(0, bare.find('%')) + "]";
+}
+
 /// The policy of one `retry` operation: `policy` with the HTTP rules wired in, as
 /// `coretry::curl::retry` does it. A request that may not be sent twice gets one attempt;
 /// transport errors go through `transport_failure` unless the policy has its own `retry_if`;
@@ -443,7 +478,10 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
     p.max_attempts = 1;
   // As coretry::curl labels its operations: the origin, never the target (it may hold secrets).
   if (p.observer && p.label.empty())
-    p.label = "http://" + st->where.host + ":" + st->where.service;
+    p.label =
+        "http://" + uri_host(st->where.host) + ":" +
+        (service_port(st->where.service) != 0 ? std::to_string(service_port(st->where.service))
+                                              : st->where.service);
   // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
   // is final, whatever decides the rest.
   p.retry_if = [user = std::move(p.retry_if), st](const std::error_code& ec) {
@@ -496,42 +534,12 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
   return p;
 }
 
-/// The port `service` names, or 0 when it names none: a decimal number (leading zeros allowed),
-/// or a TCP service name of the system's services database ("http", "https", "http-alt").
-inline unsigned service_port(const std::string& service) {
-  if (!service.empty() && service.find_first_not_of("0123456789") == std::string::npos) {
-    unsigned port = 0;
-    for (const char c : service) {
-      port = port * 10 + static_cast<unsigned>(c - '0');
-      if (port > 65535)
-        return 0;
-    }
-    return port;
-  }
-  if (service == "http")
-    return 80;
-  if (service == "https") // known without /etc/services, which a minimal system may lack
-    return 443;
-  servent entry{};
-  servent* found = nullptr;
-  char buffer[1024];
-  if (::getservbyname_r(service.c_str(), "tcp", &entry, buffer, sizeof buffer, &found) != 0 ||
-      found == nullptr)
-    return 0;
-  return ntohs(static_cast<std::uint16_t>(found->s_port));
-}
-
 /// The `Host` field `retry` gives a request that has none (every HTTP/1.1 request carries one,
 /// RFC 9112 section 3.2): the endpoint's host, an IPv6 address in brackets and without its zone
 /// (`fe80::1%eth0` is `[fe80::1]`: a zone means nothing to the server), then ":" and the port
 /// the service names (a number or a service name such as "https") when it is not 80.
 inline std::string default_host(const endpoint& where) {
-  std::string out = where.host;
-  if (out.find(':') != std::string::npos) { // IPv6: bracketed, without a zone
-    if (out.starts_with('[') && out.ends_with(']'))
-      out = out.substr(1, out.size() - 2);
-    out = "[" + out.substr(0, out.find('%')) + "]";
-  }
+  std::string out = uri_host(where.host);
   const unsigned port = service_port(where.service);
   if (port != 0 && port != 80)
     out += ":" + std::to_string(port);

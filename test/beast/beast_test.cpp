@@ -823,6 +823,9 @@ TEST_CASE("r9: the default Host carries the port a service name or padded number
     CHECK(default_host({"example.com", "http-alt"}) == "example.com:8080");
   CHECK(default_host({"example.com", "http"}) == "example.com");
   CHECK(default_host({"[::1]", "08080"}) == "[::1]:8080");
+  // The observer's label is the origin written the same way, with the port always.
+  CHECK(coretry::beast::detail::uri_host("::1") == "[::1]");
+  CHECK(coretry::beast::detail::uri_host("example.com") == "example.com");
   CHECK(default_host({"example.com", "99999"}) == "example.com");
   CHECK(default_host({"example.com", "0080"}) == "example.com");
 }
