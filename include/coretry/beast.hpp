@@ -71,10 +71,10 @@ struct endpoint {
 #if CORETRY_REFUSE_BRACED_POLICY
 /// The endpoint parameter of the front ends: an `endpoint` object (named or not) on g++ 12, where
 /// a braced endpoint is refused.
-#define CORETRY_BEAST_ENDPOINT ::coretry::detail::exactly<::coretry::beast::endpoint> auto
+#define CORETRY_BEAST_ENDPOINT ::coretry::detail::converts_to<::coretry::beast::endpoint> auto
 /// The rules parameter of the front ends: a `coretry::http::retry_rules` object on g++ 12, where
 /// braced rules are refused.
-#define CORETRY_BEAST_RULES const ::coretry::detail::exactly<::coretry::http::retry_rules> auto&
+#define CORETRY_BEAST_RULES const ::coretry::detail::converts_to<::coretry::http::retry_rules> auto&
 #else
 /// The endpoint parameter of the front ends: an `endpoint`.
 #define CORETRY_BEAST_ENDPOINT ::coretry::beast::endpoint

@@ -857,7 +857,7 @@ struct r9_rules : coretry::http::retry_rules {};
 // r9 (65c361a): on g++ 12 the endpoint and rules parameters became `exactly<T> auto`, which took
 // only those types exactly, so a type derived from `endpoint` or `retry_rules` (or converting to
 // one) no longer compiled: "no matching function for call to retry(..., r9_endpoint&, ...)".
-// e83e571 compiled it. `exactly` now takes what converts. (A braced endpoint given to async_retry
+// e83e571 compiled it. It is now `converts_to<T>`, which takes what converts. (A braced endpoint given to async_retry
 // or async_exchange stays refused on g++ 12: with use_awaitable it is inside a co_await.)
 TEST_CASE("r9: retry takes a type derived from endpoint or retry_rules, as 0.2 did") {
   asio::io_context io;

@@ -22,7 +22,7 @@
 // same temporary), or pass a function's result such as `presets::overload_safe()`, which g++ 12
 // compiles correctly. A braced `hedge_options` has the same problem and is not refused yet.
 // docs/core.md, "g++ 12". `<coretry/beast.hpp>` refuses its braced endpoint and rules the same
-// way (`exactly`, below), and its braced policy with `braced_policy`.
+// way (`converts_to`, below), and its braced policy with `braced_policy`.
 
 #include <type_traits>
 
@@ -63,12 +63,12 @@ struct braced_policy {
 template <class> inline constexpr bool braced_policy_refused = false;
 
 /// An object that converts to `T` (a `T`, one derived from it, or one converting to it), named
-/// or not: what a front end takes on g++ 12 in place of a `T` parameter (`exactly<T> auto`), so
+/// or not: what a front end takes on g++ 12 in place of a `T` parameter (`converts_to<T> auto`), so
 /// that a braced list, which cannot deduce it, selects an overload that refuses it
 /// (`<coretry/beast.hpp>`'s endpoint and rules), while every argument a `T` parameter took is
 /// still taken.
 template <class A, class T>
-concept exactly = std::is_convertible_v<A, T>;
+concept converts_to = std::is_convertible_v<A, T>;
 
 #define CORETRY_REFUSE_BRACED_POLICY_ASSERT(G)                                                     \
   static_assert(::coretry::detail::braced_policy_refused<G>,                                       \
