@@ -542,7 +542,7 @@ health default_health(const std::error_code& ec) noexcept {
     return health::ignored;
   if (ec == condition::pushback)
     return health::pushback;
-  if (ec == condition::client_error)
+  if (ec == condition::client_error || ec == condition::answered)
     return health::healthy;
   return health::unhealthy;
 }

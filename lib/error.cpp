@@ -67,6 +67,8 @@ public:
       return "the upstream asked the client to slow down";
     case condition::client_error:
       return "the upstream refused the request for the request's own fault";
+    case condition::answered:
+      return "the upstream answered without failing";
     }
     return "unknown coretry condition " + std::to_string(value);
   }
@@ -88,6 +90,7 @@ public:
       return ours ? e == errc::cancelled : is_system(ec, std::errc::operation_canceled);
     case condition::pushback:
     case condition::client_error:
+    case condition::answered:
       return false; // adapters' categories say which of their codes belong
     }
     return false;

@@ -314,10 +314,13 @@ public:
     }
     return "HTTP " + std::to_string(value) + reason;
   }
-  // What a status says of the upstream's health (coretry::default_health): 429 asks the client
-  // to slow down; 408 is a timeout; any other 4xx blames the request; a 5xx is the upstream's
-  // failure (in no condition: unhealthy).
+  // What a status says of the upstream's health (coretry::default_health): 1xx to 3xx is an
+  // answer, even one the policy rejects; 429 asks the client to slow down; 408 is a timeout;
+  // any other 4xx blames the request; a 5xx is the upstream's failure (in no condition:
+  // unhealthy).
   bool equivalent(int value, const std::error_condition& cond) const noexcept override {
+    if (cond == coretry::condition::answered)
+      return value >= 100 && value < 400;
     if (cond == coretry::condition::pushback)
       return value == 429;
     if (cond == coretry::condition::timed_out)

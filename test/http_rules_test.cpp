@@ -139,6 +139,18 @@ TEST_CASE("a status as an error code tells a gate what the answer says of the up
   CHECK(coretry::default_health(http::make_status_error(400)) == health::healthy);
   CHECK(http::make_status_error(404) == coretry::condition::client_error);
   CHECK(http::make_status_error(503) != coretry::condition::client_error);
+  // 1xx to 3xx: an answer, healthy even when the policy rejects it ("202 pending", a retried
+  // 302); before, a rejected 202 reached the breaker as a failure.
+  for (const long s : {100L, 200L, 202L, 302L, 399L}) {
+    CAPTURE(s);
+    CHECK(http::make_status_error(s) == coretry::condition::answered);
+    CHECK(coretry::default_health(http::make_status_error(s)) == health::healthy);
+  }
+  for (const long s : {400L, 404L, 429L, 500L, 503L, 99L})
+    CHECK(http::make_status_error(s) != coretry::condition::answered);
+  CHECK(std::error_code(coretry::errc::result_rejected) != coretry::condition::answered);
+  CHECK(coretry::make_error_condition(coretry::condition::answered).message() ==
+        "the upstream answered without failing");
 }
 
 TEST_CASE("an HTTP token is one or more tchar, and a refused value is shown on one bounded line") {

@@ -47,9 +47,10 @@ public:
   /// `attempt_gate::classify`) what this attempt's outcome says about the upstream, in place of
   /// the error the attempt returns: an attempt whose result is rejected reaches the loop as
   /// `errc::result_rejected`, which a gate cannot tell apart. `coretry::curl` and
-  /// `coretry::beast` set the status of every response of 400 or more
-  /// (`coretry::http::make_status_error`), whose category places it in `condition::client_error`
-  /// or `condition::pushback`, or in neither (HTTP 5xx: unhealthy).
+  /// `coretry::beast` set the status of every response (`coretry::http::make_status_error`),
+  /// whose category places it in `condition::answered` (1xx to 3xx, healthy even when
+  /// rejected), `condition::client_error` or `condition::pushback`, or in neither (HTTP 5xx:
+  /// unhealthy).
   /// Ignored for an attempt cut by the deadline or its timeout, or cancelled.
   void health_code(const std::error_code& ec) noexcept { health_code_ = ec; }
   /// The code given to `health_code`, or an empty one.

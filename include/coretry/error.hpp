@@ -100,6 +100,11 @@ enum class condition {
   /// its codes (`coretry::curl`: HTTP 4xx other than 408 and 429, a malformed URL, an unsupported
   /// protocol). The default health classification counts it as healthy.
   client_error,
+  /// The upstream answered without failing, whether or not the policy accepted the answer (a
+  /// "202 pending" polled again, a redirect the rules retry). No code of coretry's own belongs
+  /// here; an adapter's category adds its codes (`coretry::http::status_category()`: HTTP 1xx
+  /// to 3xx). The default health classification counts it as healthy.
+  answered,
 };
 
 /// The category of `coretry::condition`; its name is "coretry.condition".

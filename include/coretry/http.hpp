@@ -158,6 +158,7 @@ inline bool slows_sending_rate(long status) noexcept {
 ///
 /// | status                  | condition                   | to a breaker |
 /// |-------------------------|-----------------------------|--------------|
+/// | 1xx to 3xx              | `condition::answered`       | not a failure, even when rejected (a "202 pending" polled again) |
 /// | 429                     | `condition::pushback`       | a push-back, no failure |
 /// | 408                     | `condition::timed_out`      | a failure |
 /// | any other 4xx           | `condition::client_error`   | not a failure (the request's fault) |
@@ -167,7 +168,7 @@ inline bool slows_sending_rate(long status) noexcept {
 CORETRY_API const std::error_category& status_category() noexcept;
 
 /// `{status, status_category()}`: what `coretry::curl` and `coretry::beast` set as the health
-/// code of every response of 400 or more.
+/// code of every response.
 inline std::error_code make_status_error(long status) noexcept {
   return {static_cast<int>(status), status_category()};
 }

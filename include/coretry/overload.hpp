@@ -39,6 +39,8 @@ CORETRY_API const char* to_string(health h) noexcept;
 /// - no error: `healthy`;
 /// - `condition::cancelled` (the caller cancelled it): `ignored`;
 /// - `condition::pushback` (`coretry::curl`: HTTP 429): `pushback`;
+/// - `condition::answered` (the upstream answered without failing, even if the policy rejected
+///   the answer; `coretry::http::status_category()`: HTTP 1xx to 3xx): `healthy`;
 /// - `condition::client_error` (the request was at fault, not the upstream; `coretry::curl`:
 ///   HTTP 4xx other than 408 and 429, a malformed URL): `healthy`;
 /// - anything else: `unhealthy`: transport failures, timeouts (`errc::attempt_timeout`,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 // coretry::http::retry_rules wired into coretry::curl::retry, async_retry and hedge: each rule
 // (urllib3's Retry arguments) changes what goes on the wire, per request or client-wide.
+#include <coretry/breaker.hpp>
 #include <coretry/curl/hedge.hpp>
 #include <coretry/curl/retry.hpp>
 #include <coretry/http.hpp>
@@ -10,10 +11,12 @@
 #include <support/http_fault_server.hpp>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "test_util.hpp"
 
@@ -357,4 +360,39 @@ TEST_CASE("transport errors have the kind urllib3 counts them as") {
   CHECK_FALSE(coretry::curl::is_retryable(make_error_code(errc::couldnt_resolve_host)));
   CHECK(coretry::curl::is_retryable(make_error_code(errc::couldnt_resolve_host),
                                     {.retry_dns_failures = true}));
+}
+
+// Failed before (r9's finding, in both adapters): a response below 400 that the rules reject
+// ("202 pending" polled again, a 302 in status_forcelist) carried no health code, so the
+// breaker classified `errc::result_rejected` and counted a failure: a healthy server answering
+// a poll opened the breaker. Every response now gives its status (condition::answered); the
+// 503 run shows the same breaker still opening on failures.
+TEST_CASE("a 2xx or 3xx the rules retry is no breaker failure; a 503 is") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  auto run = [&](int status) {
+    server.set_default(closing(status));
+    auto breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+        .consecutive_failures = 2, .break_duration = 1h, .seed = 1});
+    auto policy = fast_policy(4);
+    policy.breaker = breaker;
+    coretry::retry_stats stats;
+    auto out = run_retry(io, c, with_rules(get(server.url()), {.status_forcelist = {status}}),
+                         std::move(policy), stats);
+    return std::pair{breaker, out};
+  };
+  for (const int status : {202, 302}) {
+    CAPTURE(status);
+    const std::size_t before = server.requests();
+    auto [breaker, out] = run(status);
+    CHECK(out.r.status == status);
+    CHECK(server.requests() - before == 4);
+    CHECK(breaker->failures() == 0);
+    CHECK(breaker->state() == coretry::breaker_state::closed);
+  }
+  auto [breaker, out] = run(503);
+  CHECK(out.ec == coretry::errc::circuit_open);
+  CHECK(breaker->failures() == 2);
+  CHECK(breaker->state() == coretry::breaker_state::open);
 }

@@ -127,8 +127,8 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
         }
         st->last_status = r.status;
         // The status, for the breaker's health classification: a rejected response reaches the
-        // loop as `result_rejected`, which says neither 503 nor 404.
-        if (r.status >= 400)
+        // loop as `result_rejected`, which says neither 503 nor 404 nor "202 pending".
+        if (r.status != 0)
           ctx.health_code(make_http_status_error(r.status));
         if (coretry::http::honours_retry_after(r.status, st->rules))
           if (auto value = r.header("Retry-After"))
@@ -361,10 +361,10 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 ///   `coretry::errc::circuit_open`) whether or not an attempt ran before; its
 ///   `last_response()` holds the last retryable response, if any. A 429, and any answer with a
 ///   valid `Retry-After` of more than zero, is a push-back (`retry_policy::pushback_if`): retried, but no failure
-///   for the breaker. The breaker hears the status of every response of 400 or more
+///   for the breaker. The breaker hears the status of every response
 ///   (`attempt_context::health_code`), whatever is retried: by the default classification
 ///   (`default_health`) an HTTP 5xx and a 408 are failures, a 429 a push-back, any other 4xx
-///   healthy.
+///   and every 1xx to 3xx healthy (a "202 pending" or a 302 the rules retry, too).
 ///
 /// \returns the response. \throws std::invalid_argument at the call when `req.validate()` or
 /// `policy.validate()` does (or, with a registry, when the URL has no origin: `origin_of` is

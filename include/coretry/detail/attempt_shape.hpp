@@ -304,14 +304,20 @@ template <class Shape, class Op, class C> struct guarded_initiation {
         std::allocate_shared<guard_box<H>>(asio::recycling_allocator<guard_box<H>>(), std::move(h));
     auto ex = asio::get_associated_executor(*box->handler);
     auto slot = asio::get_associated_cancellation_slot(*box->handler);
+    std::exception_ptr thrown;
     try {
       Shape::initiate(*op, *ctx, guarded_handler<H, C>{box, ex, slot});
     } catch (...) {
+      thrown = std::current_exception();
+    }
+    // Posted only once the handler block has ended: the exception's reference count is then
+    // released here before the post, which orders it before the other thread's use of it (the
+    // count lives in the uninstrumented runtime, so TSan sees only the post's ordering).
+    if (thrown)
       if (std::optional<H> taken = box->take())
-        asio::post(ex, [h = std::move(*taken), e = std::current_exception()]() mutable {
+        asio::post(ex, [h = std::move(*taken), e = std::move(thrown)]() mutable {
           std::move(h)(std::move(e), std::optional<C>());
         });
-    }
   }
 };
 

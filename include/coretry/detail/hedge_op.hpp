@@ -424,12 +424,16 @@ private:
       stats_->peak_in_flight = std::max(stats_->peak_in_flight, in_flight_);
     }
     if (launched_ > 1 && hedge_.on_hedge) {
+      std::exception_ptr thrown;
       try {
         hedge_.on_hedge(hedge_event{launched_, in_flight_, trigger});
       } catch (...) {
+        thrown = std::current_exception();
+      }
+      if (thrown) {
         // Nothing was sent: the breaker's grant is given back, and the attempt never ran.
         unlaunch(sl, now);
-        finish_thrown(std::current_exception());
+        finish_thrown(std::move(thrown));
         return false;
       }
     }

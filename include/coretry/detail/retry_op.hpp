@@ -384,10 +384,11 @@ private:
       // Not bound to any slot: a cancellation cancels the timer itself (`cancel`).
       timer_->async_wait(resumption(self));
       sleeping_ = true;
+      return;
     } catch (...) {
       core_.thrown(std::current_exception());
-      finish(std::move(self));
     }
+    finish(std::move(self)); // outside the handler block (see guarded_initiation)
   }
 
   void attempt(self_ptr self) {
