@@ -96,6 +96,10 @@ void ratio_budget::refund(std::chrono::nanoseconds granted_at) noexcept {
   retries_->undo(retries_->bucket(granted_at));
 }
 
+bool ratio_budget::limits_scheduled_retries() const noexcept {
+  return options_.limit_scheduled_retries;
+}
+
 std::chrono::nanoseconds ratio_budget::retry_after(std::chrono::nanoseconds now) noexcept {
   // No request earns a retry and the reserve is less than one: no slide of the window can ever
   // make room, so a waiting operation must stop rather than sleep for ever.

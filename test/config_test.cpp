@@ -513,6 +513,20 @@ TEST_CASE("own form: every field") {
   CHECK(pc.hedge->max_in_flight == 3);
 }
 
+TEST_CASE("own form: a ratio budget reads limit_scheduled_retries, a boolean, false by default") {
+  const auto on = read_policy(R"({"budget": {"kind": "ratio", "limit_scheduled_retries": true}})");
+  const auto b = std::dynamic_pointer_cast<coretry::ratio_budget>(on.policy.budget);
+  REQUIRE(b != nullptr);
+  CHECK(b->options().limit_scheduled_retries);
+  CHECK(b->limits_scheduled_retries());
+  const auto off = read_policy(R"({"budget": {"kind": "ratio"}})");
+  const auto d = std::dynamic_pointer_cast<coretry::ratio_budget>(off.policy.budget);
+  REQUIRE(d != nullptr);
+  CHECK_FALSE(d->limits_scheduled_retries());
+  CHECK(own_error(R"({"budget": {"kind": "ratio", "limit_scheduled_retries": 1}})") ==
+        "budget.limit_scheduled_retries: 1 is not true or false");
+}
+
 TEST_CASE("own form: an empty object is retry_policy's defaults") {
   const auto pc = read_policy("{}");
   const coretry::retry_policy d;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -262,6 +263,56 @@ TEST_CASE("a server hint raises the next delay, beyond the backoff's cap, up to 
   CHECK(events[0].server_hint == 300ms);
   CHECK(events[1].delay == 3s);
   CHECK(manual_clock::elapsed() == 3300ms);
+}
+
+// Before: the budget was asked for every retry, so a ratio budget refused the retries a
+// rate-limiting server had scheduled with Retry-After and the request failed (the storm lab's
+// 429 shape: `safe` failed a tenth of its requests).
+TEST_CASE("a retry the server scheduled is not asked of a ratio budget unless it limits those") {
+  auto run = [](bool hinted, bool limit) {
+    manual_clock::reset();
+    asio::io_context io;
+    int calls = 0;
+    auto op = [&](coretry::attempt_context& ctx) -> asio::awaitable<int> {
+      if (++calls < 3) {
+        if (hinted)
+          ctx.retry_after(100ms);
+        throw std::system_error(refused);
+      }
+      co_return calls;
+    };
+    // No retry to spare: no share of requests, no reserve.
+    auto budget = std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
+        .ratio = 0, .min_retries_per_second = 0, .limit_scheduled_retries = limit});
+    auto policy = no_jitter(5, 10ms);
+    policy.budget = budget;
+    coretry::retry_stats stats;
+    auto out = run_on_manual_clock(io, coretry::retry_async<manual_timer>(op, policy, stats));
+    return std::tuple{out, stats, budget->refused(), budget->granted(), calls};
+  };
+  {
+    [[maybe_unused]] auto [out, stats, refused_n, granted_n, calls] = run(true, false);
+    CHECK(out.value == 3);
+    CHECK(calls == 3);
+    CHECK(refused_n == 0);
+    CHECK(granted_n == 0); // uncounted: they leave no mark on the window
+    CHECK(manual_clock::elapsed() == 200ms);
+  }
+  {
+    [[maybe_unused]] auto [out, stats, refused_n, granted_n, calls] = run(true, true);
+    CHECK(out.error == refused);
+    CHECK(stats.reason == coretry::errc::budget_exhausted);
+    CHECK(calls == 1);
+    CHECK(refused_n == 1);
+  }
+  {
+    [[maybe_unused]] auto [out, stats, refused_n, granted_n, calls] = run(false, false);
+    CHECK(stats.reason == coretry::errc::budget_exhausted);
+    CHECK(calls == 1);
+    CHECK(refused_n == 1);
+  }
+  CHECK_FALSE(coretry::ratio_budget().limits_scheduled_retries());
+  CHECK(coretry::token_bucket_budget().limits_scheduled_retries()); // gRFC A6 throttles them
 }
 
 TEST_CASE("a server hint above max_retry_after ends the operation at once, saying so") {

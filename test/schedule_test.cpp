@@ -31,6 +31,8 @@ namespace {
 struct counting_budget final : coretry::retry_budget {
   int requests = 0, successes = 0, failures = 0, asked = 0;
   bool grant = true;
+  bool limits = true;
+  bool limits_scheduled_retries() const noexcept override { return limits; }
   void on_request(std::chrono::nanoseconds) noexcept override { ++requests; }
   void on_success(std::chrono::nanoseconds) noexcept override { ++successes; }
   void on_failure(std::chrono::nanoseconds) noexcept override { ++failures; }
@@ -160,6 +162,28 @@ TEST_CASE("the budget is asked last, only for a retry that would otherwise happe
   REQUIRE_FALSE(s2.begin_attempt(0ns));
   CHECK(s2.after_failure({refused}, 0ns).stop == errc::attempts_exhausted);
   CHECK(budget->asked == 2); // not asked when the attempts had run out anyway
+}
+
+TEST_CASE("a retry the server scheduled asks only a budget that limits those") {
+  auto budget = std::make_shared<counting_budget>();
+  budget->grant = false;
+  budget->limits = false;
+  auto p = fixed_policy(3, 10ms);
+  p.budget = budget;
+  schedule s(p, 0ns);
+  REQUIRE_FALSE(s.begin_attempt(0ns));
+  const auto v = s.after_failure({refused, false, 50ms}, 0ns);
+  CHECK_FALSE(v.stop);
+  CHECK(v.delay == 50ms);
+  CHECK(budget->asked == 0);
+  REQUIRE_FALSE(s.begin_attempt(50ms));
+  CHECK(s.after_failure({refused}, 50ms).stop == errc::budget_exhausted); // no hint: asked
+  CHECK(budget->asked == 1);
+  budget->limits = true;
+  schedule s2(p, 0ns);
+  REQUIRE_FALSE(s2.begin_attempt(0ns));
+  CHECK(s2.after_failure({refused, false, 50ms}, 0ns).stop == errc::budget_exhausted);
+  CHECK(budget->asked == 2);
 }
 
 TEST_CASE("giving up on a rejected result reports no error, so the result is returned") {

@@ -49,6 +49,13 @@ public:
   virtual std::chrono::nanoseconds retry_after(std::chrono::nanoseconds /*now*/) noexcept {
     return never;
   }
+  /// Whether a retry the server scheduled needs this budget's grant: one after a push-back whose
+  /// `Retry-After` hint (`attempt_context::retry_after`, more than zero) the loop waits in full,
+  /// so that the server, not the client, chose when it comes. The default (true) asks the budget
+  /// for every retry, as gRFC A6's retry throttling does (`token_bucket_budget`); `ratio_budget`
+  /// lets such retries through uncounted unless `ratio_budget_options::limit_scheduled_retries`
+  /// is set. A hedge asks the budget for every copy and retry: it does not wait for hints.
+  virtual bool limits_scheduled_retries() const noexcept { return true; }
 };
 
 /// gRPC's retry throttling: a bucket of `max_tokens` tokens, full at the start. Each failed attempt
@@ -91,6 +98,12 @@ struct ratio_budget_options {
   /// How finely the window slides: it moves on by `window / buckets` at a time. In [1, 1000],
   /// and `window / buckets` must be at least 1 ns.
   unsigned buckets = 10;
+  /// Whether a retry the server scheduled (the loop waits the `Retry-After` of a push-back) is
+  /// asked of this budget too. False (the default): it goes through uncounted, since the budget
+  /// bounds the retries clients decide on their own, and a server that rate-limits with
+  /// `Retry-After` has said when it takes the request; `max_attempts`, `max_retry_after` and the
+  /// deadline still bound them. True: every retry counts, as Finagle's budget counts them.
+  bool limit_scheduled_retries = false;
 };
 
 /// A sliding-window retry budget (Finagle's): a retry is allowed while, counting it, the retries
@@ -125,6 +138,8 @@ public:
   bool try_retry(std::chrono::nanoseconds now) noexcept override;
   /// Uncounts the retry granted at `granted_at`, if its bucket is still in the window.
   void refund(std::chrono::nanoseconds granted_at) noexcept override;
+  /// `ratio_budget_options::limit_scheduled_retries`.
+  bool limits_scheduled_retries() const noexcept override;
   /// Until the window next slides (the start of the next bucket), when its oldest retries leave
   /// it; `never` when no window can ever grant a retry (`ratio` 0 and a reserve of less than
   /// one retry per window), so that a waiting operation stops at once.

@@ -649,7 +649,8 @@ std::shared_ptr<retry_budget> read_budget(const json& v, const std::string& path
   if (kind != "ratio")
     fail(member(path, "kind"), literal(kind) + " is not a budget (ratio, token_bucket)");
   const fields f(v, path, naming::exact,
-                 {"kind", "ratio", "min_retries_per_second", "window", "buckets"});
+                 {"kind", "ratio", "min_retries_per_second", "window", "buckets",
+                  "limit_scheduled_retries"});
   ratio_budget_options o;
   if (const json* r = f.get("ratio"))
     o.ratio = number(*r, f.path("ratio"));
@@ -659,6 +660,8 @@ std::shared_ptr<retry_budget> read_budget(const json& v, const std::string& path
     o.window = duration(*w, f.path("window"), naming::exact);
   if (const json* b = f.get("buckets"))
     o.buckets = whole_unsigned(*b, f.path("buckets"));
+  if (const json* s = f.get("limit_scheduled_retries"))
+    o.limit_scheduled_retries = boolean(*s, f.path("limit_scheduled_retries"));
   return build(f, {"ratio", "min_retries_per_second", "window", "buckets"},
                [&] { return std::make_shared<ratio_budget>(o); });
 }

@@ -291,8 +291,11 @@ public:
     if (has_deadline() && (now >= deadline_ || delay >= deadline_ - now))
       return stop(errc::deadline_exceeded, ec);
     // Last: a budget grants and spends in one step. A caller that waits (on_open::wait) waits
-    // for a refusing budget too, and asks it again before the retry (`begin_attempt`).
-    if (p_.budget) {
+    // for a refusing budget too, and asks it again before the retry (`begin_attempt`). A retry
+    // the server scheduled (the delay waits its hint in full) is asked only of a budget that
+    // limits those too.
+    if (p_.budget &&
+        (end.hint <= nanoseconds::zero() || p_.budget->limits_scheduled_retries())) {
       if (!p_.budget->try_retry(now)) {
         if (p_.when_open != on_open::wait)
           return stop(errc::budget_exhausted, ec);
