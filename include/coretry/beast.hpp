@@ -416,7 +416,7 @@ template <class ResponseBody, class RequestBody, class Fields> struct http_attem
           // rejected response reaches the loop as `result_rejected`, which says neither 503 (a
           // failure) nor 404 (the request's fault) nor 429 (a push-back) nor "202 pending" (an
           // answer).
-          if (st->last_status != 0)
+          if (st->last_status >= 100)
             ctx->health_code(coretry::http::make_status_error(st->last_status));
           if (!ec && coretry::http::honours_retry_after(st->last_status, st->rules)) {
             const auto field = r.find(http::field::retry_after);

@@ -105,8 +105,10 @@ struct circuit_breaker_options {
   /// The breaker's own health classification of an attempt's outcome (`attempt_gate::classify`),
   /// apart from what the policy retries: what it counts as a failure (`health::unhealthy`), a
   /// push-back, or healthy. Empty (the default): `default_health`, which counts transport
-  /// failures, timeouts, rejected results and HTTP 5xx as failures, an HTTP 429 as a push-back,
-  /// an HTTP 4xx otherwise as healthy. It may throw (the attempt is then abandoned and the
+  /// failures, timeouts, rejected results without a health code and HTTP 5xx as failures, an
+  /// HTTP 429 as a push-back, an HTTP 4xx otherwise and an HTTP 1xx to 3xx (even one the policy
+  /// rejected, a "202 pending") as healthy. A success reaches it as no error, whatever status
+  /// the attempt gave as its health code. It may throw (the attempt is then abandoned and the
   /// operation ends with what was thrown). Polly's `ShouldHandle`, resilience4j's
   /// `recordExceptions`.
   std::function<health(const std::error_code&)> classify{};

@@ -49,7 +49,8 @@ struct adaptive_throttle_options {
 /// default `attempt_gate::on_pushback` calls `on_failure`); and `accepts` counts those the
 /// upstream accepted
 /// (`on_success`: what its health classification, `adaptive_throttle_options::classify`, calls
-/// healthy: a success, or an answer that blames the request). While the upstream accepts everything nothing is rejected; when it refuses
+/// healthy: a success, an answer that blames the request, or an HTTP 1xx to 3xx the policy
+/// rejected). While the upstream accepts everything nothing is rejected; when it refuses
 /// everything the rejection probability approaches 1, so the client sends a trickle that finds
 /// out when the upstream is back.
 ///

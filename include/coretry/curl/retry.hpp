@@ -128,7 +128,7 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
         st->last_status = r.status;
         // The status, for the breaker's health classification: a rejected response reaches the
         // loop as `result_rejected`, which says neither 503 nor 404 nor "202 pending".
-        if (r.status != 0)
+        if (r.status >= 100)
           ctx.health_code(make_http_status_error(r.status));
         if (coretry::http::honours_retry_after(r.status, st->rules))
           if (auto value = r.header("Retry-After"))

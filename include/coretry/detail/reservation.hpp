@@ -65,114 +65,100 @@ constexpr health gate_health_of(attempt_kind k, bool pushback) noexcept {
   return health::ignored;
 }
 
-/// A breaker's grant: the attempt it let through, until its outcome is reported. Destroyed
-/// unreported, it reports `on_abandoned`, so that a half-open probe slot is never lost.
-class gate_grant {
+/// What the three reservations below share: a control (`Control`) held until the reservation
+/// is used or settled, and otherwise given back once, by `returned()`, by the destructor or by a
+/// move-assignment over it: `Give(control, now, at)`, where `at` is when the reservation was made
+/// and `now` reads the loop's clock (`at` when it has none).
+template <class Control, void (*Give)(Control&, nanoseconds now, nanoseconds at) noexcept>
+class reservation {
 public:
-  gate_grant() noexcept = default;
-  gate_grant(attempt_gate* gate, now_fn now, nanoseconds at) noexcept
-      : gate_(gate), now_(now), at_(at) {}
-  gate_grant(gate_grant&& o) noexcept
-      : gate_(std::exchange(o.gate_, nullptr)), now_(o.now_), at_(o.at_) {}
-  gate_grant& operator=(gate_grant&& o) noexcept {
+  reservation() noexcept = default;
+  reservation(Control* control, now_fn now, nanoseconds at) noexcept
+      : control_(control), now_(now), at_(at) {}
+  reservation(reservation&& o) noexcept
+      : control_(std::exchange(o.control_, nullptr)), now_(o.now_), at_(o.at_) {}
+  reservation& operator=(reservation&& o) noexcept {
     if (this != &o) {
-      abandoned();
-      gate_ = std::exchange(o.gate_, nullptr);
+      returned();
+      control_ = std::exchange(o.control_, nullptr);
       now_ = o.now_;
       at_ = o.at_;
     }
     return *this;
   }
-  ~gate_grant() { abandoned(); }
+  ~reservation() { returned(); }
 
-  explicit operator bool() const noexcept { return gate_ != nullptr; }
+  explicit operator bool() const noexcept { return control_ != nullptr; }
+  /// Gives the reservation back unused, once.
+  void returned() noexcept {
+    if (Control* c = std::exchange(control_, nullptr))
+      Give(*c, now_ ? now_() : at_, at_);
+  }
+
+protected:
+  /// Takes the control out, settled: nothing is given back.
+  Control* take() noexcept { return std::exchange(control_, nullptr); }
+  Control* control() const noexcept { return control_; }
+  nanoseconds at() const noexcept { return at_; }
+
+private:
+  Control* control_ = nullptr;
+  now_fn now_ = nullptr;
+  nanoseconds at_{0};
+};
+
+/// `attempt_gate::on_outcome(h, now, now - at)`: a grant made at `at`, settled at `now`.
+inline void settle_grant(attempt_gate& g, health h, nanoseconds now, nanoseconds at) noexcept {
+  g.on_outcome(h, now, now > at ? now - at : nanoseconds::zero());
+}
+inline void abandon_grant(attempt_gate& g, nanoseconds now, nanoseconds at) noexcept {
+  settle_grant(g, health::ignored, now, at);
+}
+inline void release_token(send_rate& r, nanoseconds now, nanoseconds /*at*/) noexcept {
+  r.release(now);
+}
+inline void refund_charge(retry_budget& b, nanoseconds /*now*/, nanoseconds at) noexcept {
+  b.refund(at);
+}
+
+/// A breaker's grant: the attempt it let through, until its outcome is reported. Destroyed
+/// unreported, it reports `on_abandoned`, so that a half-open probe slot is never lost.
+class gate_grant : public reservation<attempt_gate, abandon_grant> {
+public:
+  using reservation::reservation;
 
   /// Reports how the attempt went, once: `attempt_gate::on_outcome(h, now, now - granted)`.
   void report(health h, nanoseconds now) noexcept {
-    if (attempt_gate* g = std::exchange(gate_, nullptr))
-      g->on_outcome(h, now, now > at_ ? now - at_ : nanoseconds::zero());
+    if (attempt_gate* g = take())
+      settle_grant(*g, h, now, at());
   }
   /// As above, for a verdict without the gate's own health (`gate_health_of`).
   void report(attempt_kind k, nanoseconds now, bool pushback = false) noexcept {
     report(gate_health_of(k, pushback), now);
   }
   /// The gate this grant reports to (null once reported, or for an empty grant).
-  attempt_gate* gate() const noexcept { return gate_; }
-  /// The attempt was never sent, or its outcome is lost.
-  void abandoned() noexcept {
-    if (gate_)
-      report(health::ignored, now_ ? now_() : at_);
-  }
-
-private:
-  attempt_gate* gate_ = nullptr;
-  now_fn now_ = nullptr;
-  nanoseconds at_{0};
+  attempt_gate* gate() const noexcept { return control(); }
+  /// The attempt was never sent, or its outcome is lost: `on_abandoned`.
+  void abandoned() noexcept { returned(); }
 };
 
 /// A send token reserved from a `send_rate`. `used()` when the attempt is sent; otherwise
 /// handed back (`send_rate::release`) by `returned()` or the destructor, so that a waiter who
 /// gives up or is cancelled does not push every later sender back.
-class send_token {
+class send_token : public reservation<send_rate, release_token> {
 public:
-  send_token() noexcept = default;
-  send_token(send_rate* rate, now_fn now, nanoseconds at) noexcept
-      : rate_(rate), now_(now), at_(at) {}
-  send_token(send_token&& o) noexcept
-      : rate_(std::exchange(o.rate_, nullptr)), now_(o.now_), at_(o.at_) {}
-  send_token& operator=(send_token&& o) noexcept {
-    if (this != &o) {
-      returned();
-      rate_ = std::exchange(o.rate_, nullptr);
-      now_ = o.now_;
-      at_ = o.at_;
-    }
-    return *this;
-  }
-  ~send_token() { returned(); }
-
-  explicit operator bool() const noexcept { return rate_ != nullptr; }
-  void used() noexcept { rate_ = nullptr; }
-  void returned() noexcept {
-    if (send_rate* r = std::exchange(rate_, nullptr))
-      r->release(now_ ? now_() : at_);
-  }
-
-private:
-  send_rate* rate_ = nullptr;
-  now_fn now_ = nullptr;
-  nanoseconds at_{0};
+  using reservation::reservation;
+  void used() noexcept { (void)take(); }
 };
 
 /// A retry a budget granted (`retry_budget::try_retry` at `at`). `used()` when the retry is
 /// sent; otherwise refunded (`retry_budget::refund(at)`) by `returned()` or the destructor: a
 /// retry the breaker refuses, the deadline or a cancellation stops, spends nothing.
-class retry_charge {
+class retry_charge : public reservation<retry_budget, refund_charge> {
 public:
-  retry_charge() noexcept = default;
-  retry_charge(retry_budget* budget, nanoseconds at) noexcept : budget_(budget), at_(at) {}
-  retry_charge(retry_charge&& o) noexcept
-      : budget_(std::exchange(o.budget_, nullptr)), at_(o.at_) {}
-  retry_charge& operator=(retry_charge&& o) noexcept {
-    if (this != &o) {
-      returned();
-      budget_ = std::exchange(o.budget_, nullptr);
-      at_ = o.at_;
-    }
-    return *this;
-  }
-  ~retry_charge() { returned(); }
-
-  explicit operator bool() const noexcept { return budget_ != nullptr; }
-  void used() noexcept { budget_ = nullptr; }
-  void returned() noexcept {
-    if (retry_budget* b = std::exchange(budget_, nullptr))
-      b->refund(at_);
-  }
-
-private:
-  retry_budget* budget_ = nullptr;
-  nanoseconds at_{0};
+  using reservation::reservation;
+  retry_charge(retry_budget* budget, nanoseconds at) noexcept : reservation(budget, nullptr, at) {}
+  void used() noexcept { (void)take(); }
 };
 
 } // namespace coretry::detail

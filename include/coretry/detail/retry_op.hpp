@@ -326,7 +326,7 @@ private:
     }
     template <class... A> void operator()(A&&... a) {
       retry_op& st = *s;
-      if (!st.attempt_live(seq))
+      if (!st.end_token_attempt(seq))
         return; // its initiating function threw after taking it: the attempt already ended
       if constexpr (!shape::awaits_void)
         shape::take(st.core_.result(), std::tuple<std::decay_t<A>...>(std::forward<A>(a)...));
@@ -342,6 +342,13 @@ private:
   }
   /// Whether attempt `seq` is still the one running, not yet ended.
   bool attempt_live(std::uint64_t seq) const noexcept { return in_attempt_ && attempt_seq_ == seq; }
+  /// Ends token attempt `seq` for whichever side comes first: its handler (which may run on
+  /// another thread of a context the operation runs on without a strand) or the catch block of
+  /// an initiating function that threw. One atomic step decides, as guard_box does.
+  bool end_token_attempt(std::uint64_t seq) noexcept {
+    std::uint64_t expected = seq - 1;
+    return claimed_seq_.compare_exchange_strong(expected, seq, std::memory_order_acq_rel);
+  }
 
   /// Posted by the initiation: link to the group (a cancellation emits from here on), then loop.
   void begin(self_ptr self) {
@@ -412,12 +419,13 @@ private:
         // the operation had connected its slot: emitted again, now that it has.
         if (!cancelled_before && cancelled_ && attempt_live(seq))
           signal_->emit(asio::cancellation_type::terminal);
+        return;
       } catch (...) {
-        if (attempt_live(seq)) {
-          take_current_exception(core_.result());
-          attempt_done(std::move(self));
-        }
+        if (!end_token_attempt(seq))
+          return;
+        take_current_exception(core_.result());
       }
+      attempt_done(std::move(self)); // outside the handler block (see guarded_initiation)
     } else {
       // An awaitable attempt: its coroutine lives while it runs, and no longer.
       const Exec ex = exec_;
@@ -626,6 +634,7 @@ private:
   queue_type* deadlines_ = nullptr;                   ///< found at the first timed attempt
   std::uint64_t generation_ = 0;                      ///< of the timed attempt in flight
   std::uint64_t attempt_seq_ = 0;                     ///< of the token attempt in flight
+  std::atomic<std::uint64_t> claimed_seq_{0};         ///< the last token attempt ended
   bool running_ = false;
   bool timed_ = false;
   bool armed_ = false; ///< linked to the group, cancellable

@@ -334,7 +334,10 @@ private:
   template <class Said>
   health gate_health(const std::error_code& ec, bool cut, nanoseconds hint,
                      const std::error_code& health_code, const Said& pushback_said) const {
-    std::error_code code = health_code ? health_code : ec;
+    // A success's `answered` status (a 200) says no more than the success itself: the gate
+    // hears no error for it, so a classifier that tests `!ec` counts it healthy.
+    std::error_code code =
+        health_code && (ec || health_code != condition::answered) ? health_code : ec;
     if (cut) // what the attempt said is moot: a timer cut it
       code = ec == condition::timed_out ? ec : std::error_code(errc::attempt_timeout);
     const health h = p_.breaker->classify(code);
