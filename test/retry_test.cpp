@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
+#include <coretry/http.hpp>
 #include <coretry/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
 
@@ -266,15 +267,18 @@ TEST_CASE("a server hint raises the next delay, beyond the backoff's cap, up to 
 }
 
 // Before: the budget was asked for every retry, so a ratio budget refused the retries a
-// rate-limiting server had scheduled with Retry-After and the request failed (the storm lab's
-// 429 shape: `safe` failed a tenth of its requests).
-TEST_CASE("a retry the server scheduled is not asked of a ratio budget unless it limits those") {
-  auto run = [](bool hinted, bool limit) {
+// rate-limiting server had invited with 429 and Retry-After, and the request failed (the storm
+// lab's 429 shape: `safe` failed a tenth of its requests). A 503 with Retry-After stays within
+// the budget (reviewer r11: exempting every hint let an overloaded upstream's retries run
+// unbounded).
+TEST_CASE("a retry a rate limiter invited is not asked of a ratio budget unless it limits those") {
+  auto run = [](bool hinted, bool limit, int status = 429) {
     manual_clock::reset();
     asio::io_context io;
     int calls = 0;
     auto op = [&](coretry::attempt_context& ctx) -> asio::awaitable<int> {
       if (++calls < 3) {
+        ctx.health_code(coretry::http::make_status_error(status));
         if (hinted)
           ctx.retry_after(100ms);
         throw std::system_error(refused);
@@ -295,8 +299,14 @@ TEST_CASE("a retry the server scheduled is not asked of a ratio budget unless it
     CHECK(out.value == 3);
     CHECK(calls == 3);
     CHECK(refused_n == 0);
-    CHECK(granted_n == 0); // uncounted: they leave no mark on the window
+    CHECK(granted_n == 0); // never asked, so nothing granted
     CHECK(manual_clock::elapsed() == 200ms);
+  }
+  {
+    [[maybe_unused]] auto [out, stats, refused_n, granted_n, calls] = run(true, false, 503);
+    CHECK(stats.reason == coretry::errc::budget_exhausted);
+    CHECK(calls == 1);
+    CHECK(refused_n == 1);
   }
   {
     [[maybe_unused]] auto [out, stats, refused_n, granted_n, calls] = run(true, true);

@@ -164,26 +164,34 @@ TEST_CASE("the budget is asked last, only for a retry that would otherwise happe
   CHECK(budget->asked == 2); // not asked when the attempts had run out anyway
 }
 
-TEST_CASE("a retry the server scheduled asks only a budget that limits those") {
+TEST_CASE("a retry a rate limiter invited asks only a budget that limits those") {
   auto budget = std::make_shared<counting_budget>();
   budget->grant = false;
   budget->limits = false;
-  auto p = fixed_policy(3, 10ms);
+  auto p = fixed_policy(4, 10ms);
   p.budget = budget;
   schedule s(p, 0ns);
   REQUIRE_FALSE(s.begin_attempt(0ns));
-  const auto v = s.after_failure({refused, false, 50ms}, 0ns);
+  const auto v = s.after_failure({refused, false, 50ms, std::nullopt, true}, 0ns);
   CHECK_FALSE(v.stop);
   CHECK(v.delay == 50ms);
   CHECK(budget->asked == 0);
   REQUIRE_FALSE(s.begin_attempt(50ms));
-  CHECK(s.after_failure({refused}, 50ms).stop == errc::budget_exhausted); // no hint: asked
+  // A hint alone (a 503 with Retry-After) is no invitation: asked, and refused.
+  CHECK(s.after_failure({refused, false, 50ms}, 50ms).stop == errc::budget_exhausted);
   CHECK(budget->asked == 1);
+  schedule s1(p, 0ns);
+  REQUIRE_FALSE(s1.begin_attempt(0ns));
+  // Neither is an invitation without a hint, nor one the deadline cut.
+  CHECK(s1.after_failure({refused, false, 0ns, std::nullopt, true}, 0ns).stop ==
+        errc::budget_exhausted);
+  CHECK(budget->asked == 2);
   budget->limits = true;
   schedule s2(p, 0ns);
   REQUIRE_FALSE(s2.begin_attempt(0ns));
-  CHECK(s2.after_failure({refused, false, 50ms}, 0ns).stop == errc::budget_exhausted);
-  CHECK(budget->asked == 2);
+  CHECK(s2.after_failure({refused, false, 50ms, std::nullopt, true}, 0ns).stop ==
+        errc::budget_exhausted);
+  CHECK(budget->asked == 3);
 }
 
 TEST_CASE("giving up on a rejected result reports no error, so the result is returned") {

@@ -20,7 +20,8 @@ class window_counter;
 /// calls the same dependency.
 ///
 /// The loop calls `on_request()` once per operation, `on_success()` / `on_failure()` once per
-/// attempt outcome, and `try_retry()` before each retry; a `false` there ends the operation with
+/// attempt outcome, and `try_retry()` before each retry (but one a rate limiter invited, unless
+/// `limits_scheduled_retries()` says so); a `false` there ends the operation with
 /// `errc::budget_exhausted` in `retry_stats::reason`. A retry granted and then not sent (the
 /// breaker refused it, the deadline or a cancellation stopped the operation first) is handed
 /// back with `refund(granted_at)`, exactly once, so that it spends nothing.
@@ -49,12 +50,15 @@ public:
   virtual std::chrono::nanoseconds retry_after(std::chrono::nanoseconds /*now*/) noexcept {
     return never;
   }
-  /// Whether a retry the server scheduled needs this budget's grant: one after a push-back whose
-  /// `Retry-After` hint (`attempt_context::retry_after`, more than zero) the loop waits in full,
-  /// so that the server, not the client, chose when it comes. The default (true) asks the budget
-  /// for every retry, as gRFC A6's retry throttling does (`token_bucket_budget`); `ratio_budget`
-  /// lets such retries through uncounted unless `ratio_budget_options::limit_scheduled_retries`
-  /// is set. A hedge asks the budget for every copy and retry: it does not wait for hints.
+  /// Whether a retry a rate limiter invited needs this budget's grant: one after an answer in
+  /// `coretry::condition::pushback` (an HTTP 429, as the attempt's health code or error) that
+  /// carried a `Retry-After` hint (`attempt_context::retry_after`, more than zero) and that no
+  /// timer cut; the loop waits at least the hint. A hint on any other failure (a 503 with
+  /// `Retry-After`: an overloaded upstream) is no invitation: its retry is asked as any other.
+  /// The default (true) asks the budget for every retry, as gRFC A6's retry throttling does
+  /// (`token_bucket_budget`); `ratio_budget` lets invited retries through uncounted unless
+  /// `ratio_budget_options::limit_scheduled_retries` is set. A hedge asks the budget for every
+  /// copy and retry: it does not wait for hints.
   virtual bool limits_scheduled_retries() const noexcept { return true; }
 };
 
@@ -98,11 +102,12 @@ struct ratio_budget_options {
   /// How finely the window slides: it moves on by `window / buckets` at a time. In [1, 1000],
   /// and `window / buckets` must be at least 1 ns.
   unsigned buckets = 10;
-  /// Whether a retry the server scheduled (the loop waits the `Retry-After` of a push-back) is
-  /// asked of this budget too. False (the default): it goes through uncounted, since the budget
-  /// bounds the retries clients decide on their own, and a server that rate-limits with
-  /// `Retry-After` has said when it takes the request; `max_attempts`, `max_retry_after` and the
-  /// deadline still bound them. True: every retry counts, as Finagle's budget counts them.
+  /// Whether a retry a rate limiter invited (an HTTP 429 with `Retry-After`, waited; see
+  /// `retry_budget::limits_scheduled_retries`) is asked of this budget too. False (the default):
+  /// it goes through uncounted, since the budget bounds the retries clients decide on their own,
+  /// and a rate limiter that names a time has said when it takes the request; the hint paces
+  /// them, and `max_attempts` and the deadline bound them. True: every retry counts, as
+  /// Finagle's budget counts them. Retries after a 503 with `Retry-After` always count.
   bool limit_scheduled_retries = false;
 };
 

@@ -19,7 +19,7 @@ namespace coretry::presets {
 /// of at least 20 outcomes in the last 10 s failed; a break of 1 s (±20 %), then one probe.
 CORETRY_API circuit_breaker_options overload_safe_breaker();
 /// The budget of the README's recommended policy: retries at most 10 % of the requests of the
-/// last 10 s, plus 1 a second.
+/// last 10 s, plus 1 a second (retries a rate limiter invited with 429 and `Retry-After` aside).
 CORETRY_API ratio_budget_options overload_safe_budget();
 
 /// The README's overload-safe policy for one upstream. It fails fast on its own: `deadline`

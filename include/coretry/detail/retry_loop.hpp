@@ -283,8 +283,14 @@ public:
     }
     try {
       const nanoseconds t = read_clock<Clock>(clocked_);
-      v_ = sched_.after_failure({result_.error, cut, ctx_.retry_after(), verdict_of.kind}, t,
-                                &charge_);
+      // A retry a rate limiter invited: a push-back answer (HTTP 429) that named its time and
+      // that no timer cut. Not a 503 with Retry-After: an overloaded upstream's retries stay
+      // within the budget.
+      const std::error_code& said = ctx_.health_code() ? ctx_.health_code() : result_.error;
+      const bool invited =
+          !timer_cut && ctx_.retry_after() > nanoseconds::zero() && said == condition::pushback;
+      v_ = sched_.after_failure({result_.error, cut, ctx_.retry_after(), verdict_of.kind, invited},
+                                t, &charge_);
       if (!v_.stop && policy_.on_retry)
         policy_.on_retry(
             retry_event{sched_.attempts(), result_.error, v_.delay, ctx_.retry_after()});

@@ -61,6 +61,9 @@ struct attempt_end {
   /// The attempt's classification (`schedule::classify`), when the caller has it: then no
   /// predicate is asked again.
   std::optional<attempt_kind> kind{};
+  /// A rate limiter invited the retry: the attempt's answer (its health code, else its error)
+  /// is in `condition::pushback` (an HTTP 429) and carried `hint`, and no timer cut it.
+  bool invited = false;
 };
 
 /// Where and when an operation started: read at the call (`retry_async`, `async_retry`), so
@@ -292,10 +295,10 @@ public:
       return stop(errc::deadline_exceeded, ec);
     // Last: a budget grants and spends in one step. A caller that waits (on_open::wait) waits
     // for a refusing budget too, and asks it again before the retry (`begin_attempt`). A retry
-    // the server scheduled (the delay waits its hint in full) is asked only of a budget that
-    // limits those too.
-    if (p_.budget &&
-        (end.hint <= nanoseconds::zero() || p_.budget->limits_scheduled_retries())) {
+    // a rate limiter invited (a 429 that named its time, which the delay waits) is asked only of
+    // a budget that limits those too.
+    const bool invited = end.invited && end.hint > nanoseconds::zero() && !end.cut_by_deadline;
+    if (p_.budget && (!invited || p_.budget->limits_scheduled_retries())) {
       if (!p_.budget->try_retry(now)) {
         if (p_.when_open != on_open::wait)
           return stop(errc::budget_exhausted, ec);
