@@ -648,9 +648,9 @@ std::shared_ptr<retry_budget> read_budget(const json& v, const std::string& path
   }
   if (kind != "ratio")
     fail(member(path, "kind"), literal(kind) + " is not a budget (ratio, token_bucket)");
-  const fields f(v, path, naming::exact,
-                 {"kind", "ratio", "min_retries_per_second", "window", "buckets",
-                  "limit_scheduled_retries"});
+  const fields f(
+      v, path, naming::exact,
+      {"kind", "ratio", "min_retries_per_second", "window", "buckets", "limit_scheduled_retries"});
   ratio_budget_options o;
   if (const json* r = f.get("ratio"))
     o.ratio = number(*r, f.path("ratio"));
