@@ -322,6 +322,43 @@ template <class Shape, class Op, class C> struct guarded_initiation {
 };
 
 /// A token-based attempt (an initiating function, or a deferred operation).
+/// Stores the arguments a token attempt completed with (a tuple, `Traits` saying which is the
+/// error and which the value) in a loop result. Keyed by the completion signature alone, not by
+/// the operation, so that the composed operation's attempt handler (retry_op.hpp) is one type
+/// for every operation with that signature.
+template <class Traits> struct completion_taker {
+  using value_type = typename Traits::value_type;
+  static constexpr std::size_t skip = (Traits::error_first || Traits::exception_first) ? 1 : 0;
+
+  template <class Out, class... A, std::size_t... I>
+  static void emplace(Out& out, std::tuple<A...>& r, std::index_sequence<I...>) {
+    if constexpr (std::is_void_v<value_type>)
+      out.value.emplace();
+    else if constexpr (sizeof...(I) == 1)
+      out.value.emplace(std::move(std::get<skip + I>(r))...);
+    else
+      out.value.emplace(value_type(std::move(std::get<skip + I>(r))...));
+  }
+
+  template <class Out, class... A> static void take(Out& out, std::optional<std::tuple<A...>>&& r) {
+    take(out, std::move(*r));
+  }
+
+  template <class Out, class... A> static void take(Out& out, std::tuple<A...>&& r) {
+    if constexpr (Traits::error_first) {
+      out.error = std::get<0>(r);
+      if (out.error)
+        return;
+    } else if constexpr (Traits::exception_first) {
+      if (std::exception_ptr e = std::get<0>(r)) {
+        take_exception(out, std::move(e));
+        return;
+      }
+    }
+    emplace(out, r, std::make_index_sequence<sizeof...(A) - skip>{});
+  }
+};
+
 template <class Op, attempt_form K> struct token_shape {
   static auto start(Op& op, attempt_context& ctx) {
     if constexpr (K == attempt_form::token_with_context)
@@ -364,17 +401,6 @@ template <class Op, attempt_form K> struct token_shape {
   using value_type = typename traits::value_type;
   static constexpr bool awaits_void = false;
 
-  template <class Out, class... A, std::size_t... I>
-  static void emplace(Out& out, std::tuple<A...>& r, std::index_sequence<I...>) {
-    constexpr std::size_t skip = (traits::error_first || traits::exception_first) ? 1 : 0;
-    if constexpr (std::is_void_v<value_type>)
-      out.value.emplace();
-    else if constexpr (sizeof...(I) == 1)
-      out.value.emplace(std::move(std::get<skip + I>(r))...);
-    else
-      out.value.emplace(value_type(std::move(std::get<skip + I>(r))...));
-  }
-
   /// What a coroutine loop awaits to run the attempt: the outcome as `as_tuple` gives it, the
   /// initiating function's exception rethrown at the `co_await` (`guarded_initiation`). An
   /// attempt that takes only the loop's own token is awaited with it, unguarded.
@@ -387,23 +413,10 @@ template <class Op, attempt_form K> struct token_shape {
       return start(op, ctx);
   }
 
-  template <class Out, class... A> static void take(Out& out, std::optional<std::tuple<A...>>&& r) {
-    take(out, std::move(*r));
-  }
-
-  template <class Out, class... A> static void take(Out& out, std::tuple<A...>&& r) {
-    constexpr std::size_t skip = (traits::error_first || traits::exception_first) ? 1 : 0;
-    if constexpr (traits::error_first) {
-      out.error = std::get<0>(r);
-      if (out.error)
-        return;
-    } else if constexpr (traits::exception_first) {
-      if (std::exception_ptr e = std::get<0>(r)) {
-        take_exception(out, std::move(e));
-        return;
-      }
-    }
-    emplace(out, r, std::make_index_sequence<sizeof...(A) - skip>{});
+  /// Stores a completion's arguments in a loop result (`completion_taker`).
+  using taker = completion_taker<traits>;
+  template <class Out, class R> static void take(Out& out, R&& r) {
+    taker::take(out, std::forward<R>(r));
   }
 };
 template <class Op>

@@ -197,6 +197,177 @@ template <class E> auto track_work(const E& e) {
 }
 template <class E> using work_t = decltype(track_work(std::declval<const E&>()));
 
+// --- The state as its intermediate handlers see it ---------------------------------------------
+//
+// The operation's own handlers (its posted start and its sleeps, the dispatched cancel and
+// time-out, a token attempt's handler, a spawned attempt's completion) hold the state through
+// `op_steps` or `op_frame`, bases that name neither the operation nor the caller's handler. Asio
+// instantiates its handler machinery (a post, a strand's queue, a timer's wait, co_spawn) once
+// per handler type: so once per executor, allocator and result type here, and not once more for
+// every call site. Each step costs one virtual call.
+
+/// The steps an intermediate handler takes on the state (`retry_op` implements them).
+class op_steps {
+public:
+  using ptr = std::shared_ptr<op_steps>;
+  /// The posted start ran, or a sleep ended.
+  virtual void resumed(ptr self) = 0;
+  /// On the operation's executor: cancels whatever runs.
+  virtual void cancel() = 0;
+  /// From the caller's slot, on any thread: marks the operation cancelled, then dispatches
+  /// `cancel` to the operation's executor.
+  virtual void slot_cancelled(ptr self) = 0;
+  /// On the operation's executor: the deadline of timed attempt `generation` came due.
+  virtual void time_out(std::uint64_t generation) = 0;
+  /// A spawned (awaitable) attempt ended; `e` when co_spawn could not run it at all.
+  virtual void spawned_attempt_done(ptr self, std::exception_ptr e) = 0;
+  /// A token attempt's handler ran and stored its outcome.
+  virtual void token_attempt_done(ptr self) = 0;
+
+protected:
+  op_steps() = default;
+  op_steps(const op_steps&) = delete;
+  op_steps& operator=(const op_steps&) = delete;
+  ~op_steps() = default;
+};
+
+/// What a token attempt's handler needs besides the steps: the operation's executor, the
+/// attempt's cancellation slot, the result it stores into, and the claim that ends the attempt
+/// once.
+template <class Exec, class T> class op_frame : public op_steps {
+public:
+  const Exec& executor() const noexcept { return exec_; }
+  asio::cancellation_slot attempt_slot() const noexcept {
+    return signal_ ? signal_->slot() : asio::cancellation_slot();
+  }
+  /// Ends token attempt `seq` for whichever side comes first: its handler (which may run on
+  /// another thread of a context the operation runs on without a strand) or the catch block of
+  /// an initiating function that threw. One atomic step decides, as guard_box does.
+  bool end_token_attempt(std::uint64_t seq) noexcept {
+    std::uint64_t expected = seq - 1;
+    return claimed_seq_.compare_exchange_strong(expected, seq, std::memory_order_acq_rel);
+  }
+  virtual loop_result<T>& result() noexcept = 0;
+
+protected:
+  explicit op_frame(const Exec& ex) : exec_(ex) {}
+  ~op_frame() = default;
+
+  Exec exec_;
+  std::unique_ptr<asio::cancellation_signal> signal_; ///< controlled: bound to each attempt
+  std::atomic<std::uint64_t> claimed_seq_{0};         ///< the last token attempt ended
+};
+
+/// The handler of a sleep, and of the posted start: the state and the handler's allocator
+/// (nothing, for `std::allocator`). Runs on the operation's executor, the timer's.
+template <class Alloc> struct resume_step {
+  using allocator_type = Alloc;
+  op_steps::ptr s;
+  [[no_unique_address]] Alloc alloc;
+  allocator_type get_allocator() const noexcept { return alloc; }
+  template <class... E> void operator()(E&&...) {
+    op_steps& st = *s;
+    st.resumed(std::move(s));
+  }
+};
+
+/// Cancels the state (dispatched to its executor).
+struct cancel_step {
+  op_steps::ptr s;
+  void operator()() const { s->cancel(); }
+};
+
+/// Cancels the state if it still lives: a notice never keeps the state alive.
+struct weak_cancel_step {
+  std::weak_ptr<op_steps> w;
+  void operator()() const {
+    if (auto s = w.lock())
+      s->cancel();
+  }
+};
+
+/// The caller's slot's handler. Weak: a slot that outlives the operation's execution context
+/// must not keep it, nor reach it.
+struct slot_cancel_step {
+  std::weak_ptr<op_steps> w;
+  void operator()(asio::cancellation_type) const {
+    if (auto s = w.lock()) {
+      op_steps& st = *s;
+      st.slot_cancelled(std::move(s));
+    }
+  }
+};
+
+/// A timed attempt's deadline came due (dispatched to the operation's executor).
+struct time_out_step {
+  op_steps::ptr s;
+  std::uint64_t generation = 0;
+  void operator()() const { s->time_out(generation); }
+};
+
+/// The completion handler of a token-based attempt: bound to the operation's executor, to the
+/// attempt's cancellation slot and to the handler's allocator, as Asio's own composed
+/// operations bind theirs. `Taker` stores the completion's arguments (`completion_taker`).
+template <class Exec, class T, class Alloc, class Taker> struct attempt_step {
+  using allocator_type = Alloc;
+  std::shared_ptr<op_frame<Exec, T>> s;
+  std::uint64_t seq = 0; ///< the attempt it belongs to
+  [[no_unique_address]] Alloc alloc;
+  allocator_type get_allocator() const noexcept { return alloc; }
+  using executor_type = Exec;
+  executor_type get_executor() const noexcept { return s->executor(); }
+  using cancellation_slot_type = asio::cancellation_slot;
+  cancellation_slot_type get_cancellation_slot() const noexcept { return s->attempt_slot(); }
+  template <class... A> void operator()(A&&... a) {
+    op_frame<Exec, T>& st = *s;
+    if (!st.end_token_attempt(seq))
+      return; // its initiating function threw after taking it: the attempt already ended
+    Taker::take(st.result(), std::tuple<std::decay_t<A>...>(std::forward<A>(a)...));
+    st.token_attempt_done(std::move(s));
+  }
+};
+
+// The slot is a member, not `bind_cancellation_slot`, and there is no associated executor: so
+// co_spawn, which runs the attempt on the operation's executor already, emits into the attempt
+// at once. For a handler with an executor of its own, Asio 1.22 (Boost 1.81) instead dispatches
+// the emit and lets that deferred call reach into the slot's handler, which `attempt_done` has
+// freed by then (TSan: heap-use-after-free). Emits reach it on the operation's executor only
+// (cancel, time_out).
+template <class Alloc> struct spawned_attempt_step {
+  using allocator_type = Alloc;
+  op_steps::ptr s;
+  asio::cancellation_slot slot{};
+  [[no_unique_address]] Alloc alloc;
+  using cancellation_slot_type = asio::cancellation_slot;
+  cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
+  allocator_type get_allocator() const noexcept { return alloc; }
+  void operator()(std::exception_ptr e) {
+    op_steps& st = *s;
+    st.spawned_attempt_done(std::move(s), std::move(e));
+  }
+};
+
+/// Delivers the outcome to the caller's handler, on the handler's executor.
+template <class Handler, class T, class Deliver> struct deliver_step {
+  Handler h;
+  loop_result<T> r;
+  void operator()() {
+    // The caller's slot is cleared on the handler's executor, where the caller emits into it:
+    // clearing it on the operation's would race with an emit on the caller's thread.
+    auto user_slot = asio::get_associated_cancellation_slot(h);
+    if (user_slot.is_connected())
+      user_slot.clear();
+    Deliver::template deliver<T>(h, r);
+  }
+};
+
+/// The token shape's `completion_taker`, or nothing for an awaitable attempt (which has no
+/// attempt handler).
+template <class Shape, class = void> struct taker_of { using type = void; };
+template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>> {
+  using type = typename Shape::taker;
+};
+
 // --- The composed operation ------------------------------------------------------------------
 
 /// One retry operation as an Asio composed operation: one heap state, driven by completion
@@ -215,7 +386,8 @@ template <class E> using work_t = decltype(track_work(std::declval<const E&>()))
 /// group source when it dies, however it dies.
 template <class Timer, class T, class Op, class Policy, class Exec, class Executor, class Handler,
           class Deliver>
-class retry_op final : public cancellation_registration,
+class retry_op final : public op_frame<Exec, T>,
+                       public cancellation_registration,
                        public deadline_entry<typename Timer::time_point>, ///< a timed attempt's
                        public std::enable_shared_from_this<
                            retry_op<Timer, T, Op, Policy, Exec, Executor, Handler, Deliver>> {
@@ -233,11 +405,20 @@ class retry_op final : public cancellation_registration,
   /// never a reference into the state: Asio may ask a handler for it after the state is gone).
   using allocator_type = asio::associated_allocator_t<Handler>;
   static constexpr bool same_executor = std::is_same_v<Exec, Executor>;
+  using frame = op_frame<Exec, T>;
+  using frame::exec_;
+  using frame::signal_;
+  using attempt_handler = attempt_step<Exec, T, allocator_type, typename taker_of<shape>::type>;
+  /// The state again, from the pointer a step handed back.
+  static self_ptr back(op_steps::ptr p) noexcept {
+    auto* raw = static_cast<retry_op*>(p.get());
+    return self_ptr(std::move(p), raw);
+  }
 
 public:
   retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, Policy policy,
            retry_stats* stats, op_origin origin, bool controlled)
-      : exec_(exec), io_ex_(keep_io_executor(io_ex)), alloc_(asio::get_associated_allocator(h)),
+      : frame(exec), io_ex_(keep_io_executor(io_ex)), alloc_(asio::get_associated_allocator(h)),
         handler_(std::move(h)), op_(std::move(op)), policy_(std::move(policy)),
         core_(policy_of(policy_), stats, std::move(origin)) {
     // Until it completes, the operation keeps its handler's executor busy, as Asio's composed
@@ -274,67 +455,46 @@ public:
     if (user_slot.is_connected()) {
       // Weak: a slot that outlives the operation's execution context must not keep it, nor
       // reach it.
-      user_slot.assign([w = std::weak_ptr<retry_op>(s)](asio::cancellation_type) {
-        if (auto st = w.lock()) {
-          // Seen at once by `begin` and `attempt`, even while the dispatch below waits behind
-          // them in the executor's queue (an emit from another thread, before the start ran).
-          st->cancel_seen_.store(true, std::memory_order_release);
-          const Exec ex = st->exec_;
-          const allocator_type a = st->alloc_;
-          asio::dispatch(ex, asio::bind_allocator(a, [st = std::move(st)] { st->cancel(); }));
-        }
-      });
+      user_slot.assign(slot_cancel_step{std::weak_ptr<op_steps>(s)});
     }
     const Exec ex = s->exec_;
     asio::post(ex, s->resumption(std::move(s)));
   }
 
 private:
-  /// The handler of a sleep (and of the posted start and zero-length sleeps): the state and the
-  /// handler's allocator (nothing, for `std::allocator`). Runs on `Exec`, the timer's executor.
-  struct resume {
-    using allocator_type = typename retry_op::allocator_type;
-    self_ptr s;
-    [[no_unique_address]] allocator_type alloc;
-    allocator_type get_allocator() const noexcept { return alloc; }
-    template <class... E> void operator()(E&&...) {
-      retry_op& st = *s;
-      if (!st.running_) {
-        st.running_ = true;
-        st.begin(std::move(s));
-        return;
-      }
-      st.sleeping_ = false;
-      st.step(std::move(s), st.core_.top(st.cancelled()));
+  void resumed(op_steps::ptr p) override {
+    self_ptr s = back(std::move(p));
+    if (!running_) {
+      running_ = true;
+      begin(std::move(s));
+      return;
     }
-  };
+    sleeping_ = false;
+    step(std::move(s), core_.top(cancelled()));
+  }
 
-  /// The completion handler of a token-based attempt: bound to the operation's executor, to the
-  /// attempt's cancellation slot and to the handler's allocator, as Asio's own composed
-  /// operations bind theirs.
-  struct attempt_handler {
-    using allocator_type = typename retry_op::allocator_type;
-    self_ptr s;
-    std::uint64_t seq; ///< the attempt it belongs to
-    [[no_unique_address]] allocator_type alloc;
-    allocator_type get_allocator() const noexcept { return alloc; }
-    using executor_type = Exec;
-    executor_type get_executor() const noexcept { return s->exec_; }
-    using cancellation_slot_type = asio::cancellation_slot;
-    cancellation_slot_type get_cancellation_slot() const noexcept {
-      return s->signal_ ? s->signal_->slot() : asio::cancellation_slot();
-    }
-    template <class... A> void operator()(A&&... a) {
-      retry_op& st = *s;
-      if (!st.end_token_attempt(seq))
-        return; // its initiating function threw after taking it: the attempt already ended
-      if constexpr (!shape::awaits_void)
-        shape::take(st.core_.result(), std::tuple<std::decay_t<A>...>(std::forward<A>(a)...));
-      st.attempt_done(std::move(s));
-    }
-  };
+  void slot_cancelled(op_steps::ptr p) override {
+    // Seen at once by `begin` and `attempt`, even while the dispatch below waits behind them in
+    // the executor's queue (an emit from another thread, before the start ran).
+    cancel_seen_.store(true, std::memory_order_release);
+    const Exec ex = exec_;
+    const allocator_type a = alloc_;
+    asio::dispatch(ex, asio::bind_allocator(a, cancel_step{std::move(p)}));
+  }
 
-  resume resumption(self_ptr self) const noexcept { return {std::move(self), alloc_}; }
+  loop_result<T>& result() noexcept override { return core_.result(); }
+
+  void token_attempt_done(op_steps::ptr p) override { attempt_done(back(std::move(p))); }
+
+  void spawned_attempt_done(op_steps::ptr p, std::exception_ptr e) override {
+    if (e) // co_spawn could not run the attempt at all
+      absorb(core_.result(), std::move(e));
+    attempt_done(back(std::move(p)));
+  }
+
+  resume_step<allocator_type> resumption(self_ptr self) const noexcept {
+    return {std::move(self), alloc_};
+  }
 
   bool cancelled() const noexcept {
     return cancelled_ || cancel_seen_.load(std::memory_order_acquire) ||
@@ -342,13 +502,6 @@ private:
   }
   /// Whether attempt `seq` is still the one running, not yet ended.
   bool attempt_live(std::uint64_t seq) const noexcept { return in_attempt_ && attempt_seq_ == seq; }
-  /// Ends token attempt `seq` for whichever side comes first: its handler (which may run on
-  /// another thread of a context the operation runs on without a strand) or the catch block of
-  /// an initiating function that threw. One atomic step decides, as guard_box does.
-  bool end_token_attempt(std::uint64_t seq) noexcept {
-    std::uint64_t expected = seq - 1;
-    return claimed_seq_.compare_exchange_strong(expected, seq, std::memory_order_acq_rel);
-  }
 
   /// Posted by the initiation: link to the group (a cancellation emits from here on), then loop.
   void begin(self_ptr self) {
@@ -421,7 +574,7 @@ private:
           signal_->emit(asio::cancellation_type::terminal);
         return;
       } catch (...) {
-        if (!end_token_attempt(seq))
+        if (!this->end_token_attempt(seq))
           return;
         take_current_exception(core_.result());
       }
@@ -434,30 +587,9 @@ private:
       // it all the same, for whatever does.
       asio::cancellation_slot attempt_slot = signal_ ? signal_->slot() : asio::cancellation_slot();
       asio::co_spawn(ex, run_attempt(raw),
-                     attempt_done_handler{std::move(self), attempt_slot, alloc_});
+                     spawned_attempt_step<allocator_type>{std::move(self), attempt_slot, alloc_});
     }
   }
-
-  // The slot is a member, not `bind_cancellation_slot`, and there is no associated executor: so
-  // co_spawn, which runs the attempt on `Exec` already, emits into the attempt at once. For a
-  // handler with an executor of its own, Asio 1.22 (Boost 1.81) instead dispatches the emit and
-  // lets that deferred call reach into the slot's handler, which `attempt_done` has freed by
-  // then (TSan: heap-use-after-free). Emits reach it on `Exec` only (cancel, time_out).
-  struct attempt_done_handler {
-    using allocator_type = typename retry_op::allocator_type;
-    self_ptr s;
-    asio::cancellation_slot slot{};
-    [[no_unique_address]] allocator_type alloc;
-    using cancellation_slot_type = asio::cancellation_slot;
-    cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
-    allocator_type get_allocator() const noexcept { return alloc; }
-    void operator()(std::exception_ptr e) {
-      retry_op& st = *s;
-      if (e) // co_spawn could not run the attempt at all
-        absorb(st.core_.result(), std::move(e));
-      st.attempt_done(std::move(s));
-    }
-  };
 
   static asio::awaitable<void> run_attempt(retry_op* s) {
     loop_result<T>& r = s->core_.result();
@@ -500,14 +632,8 @@ private:
     loop_result<T> r = std::move(core_.result());
     [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
-    // The caller's slot is cleared on the handler's executor, where the caller emits into it:
-    // clearing it here, on the operation's, would race with an emit on the caller's thread.
-    asio::dispatch(ex, asio::bind_allocator(alloc, [h = std::move(h), r = std::move(r)]() mutable {
-                     auto user_slot = asio::get_associated_cancellation_slot(h);
-                     if (user_slot.is_connected())
-                       user_slot.clear();
-                     Deliver::template deliver<T>(h, r);
-                   }));
+    asio::dispatch(ex, asio::bind_allocator(
+                           alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
   }
 
   static auto keep_io_executor(const Executor& ex) {
@@ -550,10 +676,10 @@ private:
   static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
     auto& self = static_cast<retry_op&>(e);
     const Exec ex = self.exec_;
-    asio::dispatch(ex, asio::bind_allocator(self.alloc_,
-                                            [s = self.shared_from_this(), g] { s->time_out(g); }));
+    asio::dispatch(ex,
+                   asio::bind_allocator(self.alloc_, time_out_step{self.shared_from_this(), g}));
   }
-  void time_out(std::uint64_t g) {
+  void time_out(std::uint64_t g) override {
     assert(on_exec());
     if (armed_ && in_attempt_ && generation_ == g && !cancelled_) {
       timed_out_ = true;
@@ -572,7 +698,7 @@ private:
       return true;
   }
 
-  void cancel() {
+  void cancel() override {
     assert(on_exec());
     if (cancelled_)
       return;
@@ -592,10 +718,7 @@ private:
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<retry_op&>(r);
     const Exec ex = self.exec_;
-    asio::post(ex, asio::bind_allocator(self.alloc_, [w = self.weak_from_this()] {
-                 if (auto s = w.lock())
-                   s->cancel();
-               }));
+    asio::post(ex, asio::bind_allocator(self.alloc_, weak_cancel_step{self.weak_from_this()}));
   }
 
   // Batched group notices (cancellation.hpp): one handler per execution context enters each
@@ -613,28 +736,23 @@ private:
       self.cancel(); // on the one thread of the operation's context, the state pinned
     } else {
       const Exec ex = self.exec_;
-      asio::dispatch(ex, asio::bind_allocator(self.alloc_, [w = self.weak_from_this()] {
-                       if (auto s = w.lock())
-                         s->cancel();
-                     }));
+      asio::dispatch(ex,
+                     asio::bind_allocator(self.alloc_, weak_cancel_step{self.weak_from_this()}));
     }
   }
   static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
 
-  Exec exec_;
   [[no_unique_address]] std::conditional_t<same_executor, no_executor, Executor> io_ex_;
   [[no_unique_address]] allocator_type alloc_; ///< the handler's: for every intermediate handler
   std::optional<Handler> handler_;
   std::optional<handler_work_type> handler_work_; ///< when the handler's executor is another
   Op op_;
   Policy policy_;
-  loop_core<clock, T> core_;                          ///< refers to `policy_`
-  std::optional<timer_type> timer_;                   ///< the sleep timer, made at the first sleep
-  std::unique_ptr<asio::cancellation_signal> signal_; ///< controlled: bound to each attempt
-  queue_type* deadlines_ = nullptr;                   ///< found at the first timed attempt
-  std::uint64_t generation_ = 0;                      ///< of the timed attempt in flight
-  std::uint64_t attempt_seq_ = 0;                     ///< of the token attempt in flight
-  std::atomic<std::uint64_t> claimed_seq_{0};         ///< the last token attempt ended
+  loop_core<clock, T> core_;        ///< refers to `policy_`
+  std::optional<timer_type> timer_; ///< the sleep timer, made at the first sleep
+  queue_type* deadlines_ = nullptr; ///< found at the first timed attempt
+  std::uint64_t generation_ = 0;    ///< of the timed attempt in flight
+  std::uint64_t attempt_seq_ = 0;   ///< of the token attempt in flight
   bool running_ = false;
   bool timed_ = false;
   bool armed_ = false; ///< linked to the group, cancellable
