@@ -370,10 +370,14 @@ template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>
 
 // --- The composed operation ------------------------------------------------------------------
 
-/// One retry operation as an Asio composed operation: one heap state, driven by completion
-/// handlers that each hold it by a `shared_ptr`. The loop's steps are `loop_core`'s
-/// (retry_loop.hpp): decide (`top`), then attempt or sleep; after an attempt, decide again
-/// (`ended`). While it sleeps, nothing but this state and its timer's one pending wait exists.
+/// The loop's half of the composed operation: one heap state, driven by completion handlers that
+/// each hold it by a `shared_ptr`. The loop's steps are `loop_core`'s (retry_loop.hpp): decide
+/// (`top`), then attempt or sleep; after an attempt, decide again (`ended`). While it sleeps,
+/// nothing but this state and its timer's one pending wait exists.
+///
+/// It names neither the operation nor the caller's handler, so its code is compiled once per
+/// timer, result, policy, executor and allocator type, for every call site: `retry_op` adds
+/// what does name them, sending an attempt (`send`) and delivering the outcome (`deliver`).
 ///
 /// `Exec` is the executor everything runs on: the caller's, or a strand of it when the operation
 /// must be serialized against a cancellation from another thread (`initiate_retry`). A
@@ -384,74 +388,60 @@ template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>
 /// Exactly once: the state completes once (`finish`), or is destroyed uncalled with whatever
 /// pending handler holds it last (the execution context's teardown). It unlinks itself from a
 /// group source when it dies, however it dies.
-template <class Timer, class T, class Op, class Policy, class Exec, class Executor, class Handler,
-          class Deliver>
-class retry_op final : public op_frame<Exec, T>,
-                       public cancellation_registration,
-                       public deadline_entry<typename Timer::time_point>, ///< a timed attempt's
-                       public std::enable_shared_from_this<
-                           retry_op<Timer, T, Op, Policy, Exec, Executor, Handler, Deliver>> {
+template <class Timer, class T, class Policy, class Exec, class Alloc>
+class retry_engine
+    : public op_frame<Exec, T>,
+      public cancellation_registration,
+      public deadline_entry<typename Timer::time_point>, ///< a timed attempt's
+      public std::enable_shared_from_this<retry_engine<Timer, T, Policy, Exec, Alloc>> {
+protected:
   using clock = typename Timer::clock_type;
   using timer_type = typename Timer::template rebind_executor<Exec>::other;
-  using inner_type = decltype(inner_executor(std::declval<const Exec&>()));
   /// The context's queue of attempt deadlines (deadline_queue.hpp).
   using queue_type =
       deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
-  using shape = attempt_shape<Op>;
-  using self_ptr = std::shared_ptr<retry_op>;
-  using handler_executor_type = asio::associated_executor_t<Handler, Executor>;
-  using handler_work_type = work_t<handler_executor_type>;
+  using self_ptr = std::shared_ptr<retry_engine>;
   /// The handler's associated allocator, which every intermediate handler carries (a copy each,
   /// never a reference into the state: Asio may ask a handler for it after the state is gone).
-  using allocator_type = asio::associated_allocator_t<Handler>;
-  static constexpr bool same_executor = std::is_same_v<Exec, Executor>;
+  using allocator_type = Alloc;
   using frame = op_frame<Exec, T>;
   using frame::exec_;
   using frame::signal_;
-  using attempt_handler = attempt_step<Exec, T, allocator_type, typename taker_of<shape>::type>;
   /// The state again, from the pointer a step handed back.
   static self_ptr back(op_steps::ptr p) noexcept {
-    auto* raw = static_cast<retry_op*>(p.get());
+    auto* raw = static_cast<retry_engine*>(p.get());
     return self_ptr(std::move(p), raw);
   }
 
-public:
-  retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, Policy policy,
-           retry_stats* stats, op_origin origin, bool controlled)
-      : frame(exec), io_ex_(keep_io_executor(io_ex)), alloc_(asio::get_associated_allocator(h)),
-        handler_(std::move(h)), op_(std::move(op)), policy_(std::move(policy)),
+  retry_engine(const Exec& exec, const Alloc& alloc, Policy policy, retry_stats* stats,
+               op_origin origin, bool controlled)
+      : frame(exec), alloc_(alloc), policy_(std::move(policy)),
         core_(policy_of(policy_), stats, std::move(origin)) {
-    // Until it completes, the operation keeps its handler's executor busy, as Asio's composed
-    // operations do: a handler bound to another context's executor keeps that context's run()
-    // from returning before the completion arrives.
-    auto hex = asio::get_associated_executor(*handler_, io_ex);
-    bool same = false;
-    if constexpr (std::is_same_v<handler_executor_type, Executor>)
-      same = hex == io_ex;
-    if (!same)
-      handler_work_.emplace(track_work(hex));
     if (controlled) {
       const retry_policy& p = policy_of(policy_);
       signal_ = std::make_unique<asio::cancellation_signal>();
       timed_ = p.deadline != unlimited || p.attempt_timeout != unlimited;
-      this->claim = &retry_op::claim_deadline;
-      this->fire = &retry_op::fire_deadline;
-      notify = &retry_op::notify_from_group;
+      this->claim = &retry_engine::claim_deadline;
+      this->fire = &retry_engine::fire_deadline;
+      notify = &retry_engine::notify_from_group;
       batched = &batch_ops;
       context = static_cast<const asio::execution_context*>(
           &asio::query(inner_executor(exec_), asio::execution::context));
     }
   }
-  ~retry_op() {
+  ~retry_engine() {
     queue_type::forget(*this);
     policy_of(policy_).cancellation.detach(*this);
   }
-  retry_op(const retry_op&) = delete;
-  retry_op& operator=(const retry_op&) = delete;
+
+  /// Sends the attempt the loop decided on (`in_attempt_` is set); ends it with `attempt_done`.
+  virtual void send(self_ptr self) = 0;
+  /// Releases the state and calls the caller's handler with `core_.result()`.
+  virtual void deliver(self_ptr self) = 0;
 
   /// The initiation's last steps: the caller's slot (any type) cancels, from any thread; then the
   /// start is posted, so that the operation never completes inside the initiating function.
-  template <class Slot> static void launch(self_ptr s, Slot user_slot) {
+  template <class Slot> static void start(self_ptr s, Slot user_slot) {
     if (user_slot.is_connected()) {
       // Weak: a slot that outlives the operation's execution context must not keep it, nor
       // reach it.
@@ -461,7 +451,6 @@ public:
     asio::post(ex, s->resumption(std::move(s)));
   }
 
-private:
   void resumed(op_steps::ptr p) override {
     self_ptr s = back(std::move(p));
     if (!running_) {
@@ -560,52 +549,7 @@ private:
     if (timed_)
       start_attempt(core_.attempt_limit());
     in_attempt_ = true;
-    if constexpr (shape::template takes_handler<attempt_handler>) {
-      // An initiating function that throws ends its attempt with what it threw, unless the
-      // attempt has ended already (its handler ran inside it). A handler it had taken before
-      // throwing is ignored if it runs later: the attempt completes once either way.
-      const std::uint64_t seq = ++attempt_seq_;
-      const bool cancelled_before = cancelled_;
-      try {
-        shape::initiate(op_, core_.context(), attempt_handler{self, seq, alloc_});
-        // Cancelled inside the initiating function (it emitted the caller's slot, say) before
-        // the operation had connected its slot: emitted again, now that it has.
-        if (!cancelled_before && cancelled_ && attempt_live(seq))
-          signal_->emit(asio::cancellation_type::terminal);
-        return;
-      } catch (...) {
-        if (!this->end_token_attempt(seq))
-          return;
-        take_current_exception(core_.result());
-      }
-      attempt_done(std::move(self)); // outside the handler block (see guarded_initiation)
-    } else {
-      // An awaitable attempt: its coroutine lives while it runs, and no longer.
-      const Exec ex = exec_;
-      retry_op* raw = self.get();
-      // co_spawn itself (1.22 to 1.38) does not use its handler's allocator; the handler carries
-      // it all the same, for whatever does.
-      asio::cancellation_slot attempt_slot = signal_ ? signal_->slot() : asio::cancellation_slot();
-      asio::co_spawn(ex, run_attempt(raw),
-                     spawned_attempt_step<allocator_type>{std::move(self), attempt_slot, alloc_});
-    }
-  }
-
-  static asio::awaitable<void> run_attempt(retry_op* s) {
-    loop_result<T>& r = s->core_.result();
-    try {
-      if constexpr (shape::awaits_void) {
-        co_await shape::start(s->op_, s->core_.context());
-        r.value.emplace();
-      } else {
-        shape::take(r, co_await shape::await_outcome(s->op_, s->core_.context()));
-      }
-    } catch (...) {
-      take_current_exception(r);
-    }
-    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
-    // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
-    co_await asio::this_coro::throw_if_cancelled(false);
+    send(std::move(self));
   }
 
   void attempt_done(self_ptr self) {
@@ -616,37 +560,15 @@ private:
     step(std::move(self), core_.ended(timed_out, cancelled()));
   }
 
-  /// The outcome is decided: unlink, tell the stats and the observer, release the state, then
-  /// call the handler through its associated executor (never inside the initiation: the start
-  /// was posted).
+  /// The outcome is decided: unlink, tell the stats and the observer, then deliver (never inside
+  /// the initiation: the start was posted).
   void finish(self_ptr self) {
     armed_ = false;
     policy_of(policy_).cancellation.detach(*this);
     if (deadlines_)
       deadlines_->remove(*this);
     core_.finish();
-    Handler h = std::move(*handler_);
-    handler_.reset();
-    auto ex = asio::get_associated_executor(h, io_executor());
-    const allocator_type alloc = alloc_; // a copy: the state may die below
-    loop_result<T> r = std::move(core_.result());
-    [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
-    self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
-    asio::dispatch(ex, asio::bind_allocator(
-                           alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
-  }
-
-  static auto keep_io_executor(const Executor& ex) {
-    if constexpr (same_executor)
-      return no_executor{};
-    else
-      return ex;
-  }
-  Executor io_executor() const {
-    if constexpr (same_executor)
-      return exec_;
-    else
-      return io_ex_;
+    deliver(std::move(self));
   }
 
   // --- The attempt's deadline: `start_attempt(limit)` links the state into its context's
@@ -671,10 +593,10 @@ private:
     return left >= qclock::time_point::max() - now ? qclock::time_point::max() : now + left;
   }
   static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
-    return std::static_pointer_cast<void>(static_cast<retry_op&>(e).weak_from_this().lock());
+    return std::static_pointer_cast<void>(static_cast<retry_engine&>(e).weak_from_this().lock());
   }
   static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
-    auto& self = static_cast<retry_op&>(e);
+    auto& self = static_cast<retry_engine&>(e);
     const Exec ex = self.exec_;
     asio::dispatch(ex,
                    asio::bind_allocator(self.alloc_, time_out_step{self.shared_from_this(), g}));
@@ -716,7 +638,7 @@ private:
   // a notice never keeps the state (and its strand) alive past its execution context; the
   // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
-    auto& self = static_cast<retry_op&>(r);
+    auto& self = static_cast<retry_engine&>(r);
     const Exec ex = self.exec_;
     asio::post(ex, asio::bind_allocator(self.alloc_, weak_cancel_step{self.weak_from_this()}));
   }
@@ -725,13 +647,13 @@ private:
   // operation from that context's own thread: inline on a one-thread context, else through the
   // operation's strand (inline when the strand is idle).
   static void post_batch(cancellation_registration& r, cancellation_batch batch) noexcept {
-    asio::post(inner_executor(static_cast<retry_op&>(r).exec_), std::move(batch));
+    asio::post(inner_executor(static_cast<retry_engine&>(r).exec_), std::move(batch));
   }
   static std::weak_ptr<cancellation_registration> handle(cancellation_registration& r) noexcept {
-    return static_cast<retry_op&>(r).weak_from_this();
+    return static_cast<retry_engine&>(r).weak_from_this();
   }
   static void notify_here(cancellation_registration& r) noexcept {
-    auto& self = static_cast<retry_op&>(r);
+    auto& self = static_cast<retry_engine&>(r);
     if constexpr (!is_strand<Exec>::value) {
       self.cancel(); // on the one thread of the operation's context, the state pinned
     } else {
@@ -742,11 +664,7 @@ private:
   }
   static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
 
-  [[no_unique_address]] std::conditional_t<same_executor, no_executor, Executor> io_ex_;
   [[no_unique_address]] allocator_type alloc_; ///< the handler's: for every intermediate handler
-  std::optional<Handler> handler_;
-  std::optional<handler_work_type> handler_work_; ///< when the handler's executor is another
-  Op op_;
   Policy policy_;
   loop_core<clock, T> core_;        ///< refers to `policy_`
   std::optional<timer_type> timer_; ///< the sleep timer, made at the first sleep
@@ -762,6 +680,132 @@ private:
   bool sleeping_ = false;
   bool in_attempt_ = false;
   bool timed_out_ = false;
+};
+
+/// One retry operation: the loop (`retry_engine`) with the operation `Op`, the caller's
+/// `Handler` and the executor `Executor` the caller named. It sends each attempt and delivers the
+/// outcome; the rest is the engine's.
+template <class Timer, class T, class Op, class Policy, class Exec, class Executor, class Handler,
+          class Deliver>
+class retry_op final
+    : public retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>> {
+  using engine = retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>>;
+  using engine::alloc_;
+  using engine::attempt_done;
+  using engine::attempt_live;
+  using engine::attempt_seq_;
+  using engine::cancelled_;
+  using engine::core_;
+  using engine::exec_;
+  using engine::signal_;
+  using typename engine::allocator_type;
+  using typename engine::self_ptr;
+  using shape = attempt_shape<Op>;
+  using handler_executor_type = asio::associated_executor_t<Handler, Executor>;
+  using handler_work_type = work_t<handler_executor_type>;
+  static constexpr bool same_executor = std::is_same_v<Exec, Executor>;
+  using attempt_handler = attempt_step<Exec, T, allocator_type, typename taker_of<shape>::type>;
+
+public:
+  retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, Policy policy,
+           retry_stats* stats, op_origin origin, bool controlled)
+      : engine(exec, asio::get_associated_allocator(h), std::move(policy), stats, std::move(origin),
+               controlled),
+        io_ex_(keep_io_executor(io_ex)), handler_(std::move(h)), op_(std::move(op)) {
+    // Until it completes, the operation keeps its handler's executor busy, as Asio's composed
+    // operations do: a handler bound to another context's executor keeps that context's run()
+    // from returning before the completion arrives.
+    auto hex = asio::get_associated_executor(*handler_, io_ex);
+    bool same = false;
+    if constexpr (std::is_same_v<handler_executor_type, Executor>)
+      same = hex == io_ex;
+    if (!same)
+      handler_work_.emplace(track_work(hex));
+  }
+
+  template <class Slot> static void launch(std::shared_ptr<retry_op> s, Slot user_slot) {
+    engine::start(std::move(s), user_slot);
+  }
+
+private:
+  void send(self_ptr self) override {
+    if constexpr (shape::template takes_handler<attempt_handler>) {
+      // An initiating function that throws ends its attempt with what it threw, unless the
+      // attempt has ended already (its handler ran inside it). A handler it had taken before
+      // throwing is ignored if it runs later: the attempt completes once either way.
+      const std::uint64_t seq = ++attempt_seq_;
+      const bool cancelled_before = cancelled_;
+      try {
+        shape::initiate(op_, core_.context(), attempt_handler{self, seq, alloc_});
+        // Cancelled inside the initiating function (it emitted the caller's slot, say) before
+        // the operation had connected its slot: emitted again, now that it has.
+        if (!cancelled_before && cancelled_ && attempt_live(seq))
+          signal_->emit(asio::cancellation_type::terminal);
+        return;
+      } catch (...) {
+        if (!this->end_token_attempt(seq))
+          return;
+        take_current_exception(core_.result());
+      }
+      attempt_done(std::move(self)); // outside the handler block (see guarded_initiation)
+    } else {
+      // An awaitable attempt: its coroutine lives while it runs, and no longer.
+      const Exec ex = exec_;
+      auto* raw = static_cast<retry_op*>(self.get());
+      // co_spawn itself (1.22 to 1.38) does not use its handler's allocator; the handler carries
+      // it all the same, for whatever does.
+      asio::cancellation_slot attempt_slot = signal_ ? signal_->slot() : asio::cancellation_slot();
+      asio::co_spawn(ex, run_attempt(raw),
+                     spawned_attempt_step<allocator_type>{std::move(self), attempt_slot, alloc_});
+    }
+  }
+
+  static asio::awaitable<void> run_attempt(retry_op* s) {
+    loop_result<T>& r = s->core_.result();
+    try {
+      if constexpr (shape::awaits_void) {
+        co_await shape::start(s->op_, s->core_.context());
+        r.value.emplace();
+      } else {
+        shape::take(r, co_await shape::await_outcome(s->op_, s->core_.context()));
+      }
+    } catch (...) {
+      take_current_exception(r);
+    }
+    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+    // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
+    co_await asio::this_coro::throw_if_cancelled(false);
+  }
+
+  void deliver(self_ptr self) override {
+    Handler h = std::move(*handler_);
+    handler_.reset();
+    auto ex = asio::get_associated_executor(h, io_executor());
+    const allocator_type alloc = alloc_; // a copy: the state may die below
+    loop_result<T> r = std::move(core_.result());
+    [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
+    self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
+    asio::dispatch(ex, asio::bind_allocator(
+                           alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+  }
+
+  static auto keep_io_executor(const Executor& ex) {
+    if constexpr (same_executor)
+      return no_executor{};
+    else
+      return ex;
+  }
+  Executor io_executor() const {
+    if constexpr (same_executor)
+      return exec_;
+    else
+      return io_ex_;
+  }
+
+  [[no_unique_address]] std::conditional_t<same_executor, no_executor, Executor> io_ex_;
+  std::optional<Handler> handler_;
+  std::optional<handler_work_type> handler_work_; ///< when the handler's executor is another
+  Op op_;
 };
 
 /// Tells `initiate_retry` to run on the handler's associated executor: for `use_awaitable`, the
