@@ -235,7 +235,7 @@ TEST_CASE("cross-thread caller-slot emits and group cancels against timed token 
             [](auto h) {
               auto ex = asio::get_associated_executor(h);
               asio::post(ex, [h = std::move(h)]() mutable {
-                std::move(h)(asio::error::connection_refused, 0);
+                std::move(h)(error_code(asio::error::connection_refused), 0);
               });
             },
             token);
