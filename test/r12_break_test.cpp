@@ -312,3 +312,43 @@ TEST_CASE("an attempt whose initiating function completes with an Asio error enu
   CHECK(value == 5);
   CHECK(awaited == 5);
 }
+
+namespace {
+asio::awaitable<int> hang_on_manual_timer(std::shared_ptr<int> calls) {
+  ++*calls;
+  manual_timer t(co_await asio::this_coro::executor);
+  t.expires_after(1h);
+  co_await t.async_wait(asio::use_awaitable);
+  co_return 0;
+}
+} // namespace
+
+TEST_CASE("an io_context destroyed under a timed awaitable attempt with a group and a caller's "
+          "slot frees the operation and its attempt's frame, and a later cancel or emit reaches "
+          "nothing") {
+  manual_clock::reset();
+  coretry::cancellation_source source;
+  asio::cancellation_signal signal;
+  auto alive = std::make_shared<int>(0);
+  auto calls = std::make_shared<int>(0);
+  int completions = 0;
+  {
+    asio::io_context io;
+    auto policy = quick(3);
+    policy.cancellation = source.token();
+    policy.attempt_timeout = 30min;
+    coretry::async_retry<manual_timer>(
+        io.get_executor(), [calls] { return hang_on_manual_timer(calls); }, policy,
+        asio::bind_cancellation_slot(signal.slot(),
+                                     [&, alive](error_code, int) { ++completions; }));
+    io.poll();
+    CHECK(*calls == 1);
+    CHECK(alive.use_count() > 1);
+  }
+  CHECK(alive.use_count() == 1);
+  CHECK(calls.use_count() == 1); // the operation, and the attempt's frame, are gone
+  CHECK(completions == 0);
+  CHECK(source.cancel());
+  signal.emit(asio::cancellation_type::terminal);
+  CHECK(completions == 0);
+}
