@@ -186,11 +186,13 @@ template <class A> struct completion_traits {
                 "void(error_code, T...), void(std::exception_ptr, T...) or void(T...)");
 };
 template <class... A> struct completion_traits<std::tuple<A...>> {
+  using arguments = std::tuple<A...>; ///< the signature's argument types
   static constexpr bool error_first = false;
   static constexpr bool exception_first = false;
   using value_type = typename values_of<A...>::type;
 };
 template <class E, class... A> struct completion_traits<std::tuple<E, A...>> {
+  using arguments = std::tuple<E, A...>; ///< the signature's argument types
   static constexpr bool error_first = is_error_code_v<E>;
   static constexpr bool exception_first = std::is_same_v<E, std::exception_ptr>;
   using value_type =
@@ -321,13 +323,16 @@ template <class Shape, class Op, class C> struct guarded_initiation {
   }
 };
 
-/// A token-based attempt (an initiating function, or a deferred operation).
 /// Stores the arguments a token attempt completed with (a tuple, `Traits` saying which is the
 /// error and which the value) in a loop result. Keyed by the completion signature alone, not by
 /// the operation, so that the composed operation's attempt handler (retry_op.hpp) is one type
 /// for every operation with that signature.
 template <class Traits> struct completion_taker {
   using value_type = typename Traits::value_type;
+  /// The signature's argument types: what a handler's arguments are converted to first, as
+  /// `as_tuple` converts them (an initiating function may pass `asio::error::operation_aborted`,
+  /// which Boost.Asio's `error_code` takes and `std::error_code` does not).
+  using arguments = typename Traits::arguments;
   static constexpr std::size_t skip = (Traits::error_first || Traits::exception_first) ? 1 : 0;
 
   template <class Out, class... A, std::size_t... I>
@@ -359,6 +364,7 @@ template <class Traits> struct completion_taker {
   }
 };
 
+/// A token-based attempt (an initiating function, or a deferred operation).
 template <class Op, attempt_form K> struct token_shape {
   static auto start(Op& op, attempt_context& ctx) {
     if constexpr (K == attempt_form::token_with_context)

@@ -322,7 +322,8 @@ template <class Exec, class T, class Alloc, class Taker> struct attempt_step {
     op_frame<Exec, T>& st = *s;
     if (!st.end_token_attempt(seq))
       return; // its initiating function threw after taking it: the attempt already ended
-    Taker::take(st.result(), std::tuple<std::decay_t<A>...>(std::forward<A>(a)...));
+    // Converted to the signature's types, as the coroutine path's `as_tuple` converts them.
+    Taker::take(st.result(), typename Taker::arguments(std::forward<A>(a)...));
     st.token_attempt_done(std::move(s));
   }
 };
