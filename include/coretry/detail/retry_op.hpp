@@ -414,9 +414,11 @@ protected:
     return self_ptr(std::move(p), raw);
   }
 
-  retry_engine(const Exec& exec, const Alloc& alloc, Policy policy, retry_stats* stats,
+  /// `P`: the policy as the initiation was given it, moved (or copied) once, into `policy_`.
+  template <class P>
+  retry_engine(const Exec& exec, const Alloc& alloc, P&& policy, retry_stats* stats,
                op_origin origin, bool controlled)
-      : frame(exec), alloc_(alloc), policy_(std::move(policy)),
+      : frame(exec), alloc_(alloc), policy_(std::forward<P>(policy)),
         core_(policy_of(policy_), stats, std::move(origin)) {
     if (controlled) {
       const retry_policy& p = policy_of(policy_);
@@ -708,10 +710,11 @@ class retry_op final
   using attempt_handler = attempt_step<Exec, T, allocator_type, typename taker_of<shape>::type>;
 
 public:
-  retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, Policy policy,
+  template <class P>
+  retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, P&& policy,
            retry_stats* stats, op_origin origin, bool controlled)
-      : engine(exec, asio::get_associated_allocator(h), std::move(policy), stats, std::move(origin),
-               controlled),
+      : engine(exec, asio::get_associated_allocator(h), std::forward<P>(policy), stats,
+               std::move(origin), controlled),
         io_ex_(keep_io_executor(io_ex)), handler_(std::move(h)), op_(std::move(op)) {
     // Until it completes, the operation keeps its handler's executor busy, as Asio's composed
     // operations do: a handler bound to another context's executor keeps that context's run()
@@ -813,44 +816,48 @@ private:
 /// awaiting coroutine's, known only once the initiation runs inside it.
 struct handler_executor {};
 
+/// The initiation. The policy (a `retry_policy` or a `shared_policy`) is taken by reference all
+/// the way down and moved (or copied) once, into the state: a `retry_policy` is a large value.
 template <class Timer, class T, class Deliver> struct initiate_retry {
   template <class Handler, class Op, class Policy>
-  void operator()(Handler&& handler, handler_executor, Op op, Policy policy, retry_stats* stats,
+  void operator()(Handler&& handler, handler_executor, Op op, Policy&& policy, retry_stats* stats,
                   op_origin origin) const {
     const auto ex = asio::get_associated_executor(handler);
-    (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), stats,
+    (*this)(std::forward<Handler>(handler), ex, std::move(op), std::forward<Policy>(policy), stats,
             std::move(origin));
   }
 
   template <class Handler, class Executor, class Op, class Policy>
-  void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy, retry_stats* stats,
+  void operator()(Handler&& handler, const Executor& ex, Op op, Policy&& policy, retry_stats* stats,
                   op_origin origin) const {
     auto user_slot = asio::get_associated_cancellation_slot(handler);
     const bool controlled = needs_control(policy_of(policy), user_slot.is_connected());
     // A strand only where a cancellation from another thread, or an attempt timer, could meet
     // the operation's own handlers on another thread.
     if (!controlled || runs_on_one_thread(ex)) {
-      launch(std::forward<Handler>(handler), ex, ex, std::move(op), std::move(policy), stats,
-             std::move(origin), controlled, user_slot);
+      launch(std::forward<Handler>(handler), ex, ex, std::move(op), std::forward<Policy>(policy),
+             stats, std::move(origin), controlled, user_slot);
       return;
     }
     with_serializing_executor(ex, [&](const auto& strand) {
-      launch(std::forward<Handler>(handler), strand, ex, std::move(op), std::move(policy), stats,
-             std::move(origin), true, user_slot);
+      launch(std::forward<Handler>(handler), strand, ex, std::move(op),
+             std::forward<Policy>(policy), stats, std::move(origin), true, user_slot);
     });
   }
 
   template <class Handler, class Exec, class Executor, class Op, class Policy, class Slot>
-  static void launch(Handler&& handler, const Exec& exec, const Executor& ex, Op op, Policy policy,
-                     retry_stats* stats, op_origin origin, bool controlled, Slot user_slot) {
+  static void launch(Handler&& handler, const Exec& exec, const Executor& ex, Op op,
+                     Policy&& policy, retry_stats* stats, op_origin origin, bool controlled,
+                     Slot user_slot) {
     using handler_type = std::decay_t<Handler>;
-    using state_type = retry_op<Timer, T, Op, Policy, Exec, Executor, handler_type, Deliver>;
+    using state_type =
+        retry_op<Timer, T, Op, std::decay_t<Policy>, Exec, Executor, handler_type, Deliver>;
     // One allocation, with the handler's allocator, as Asio's composed operations make theirs.
     using alloc_type = typename std::allocator_traits<
         asio::associated_allocator_t<handler_type>>::template rebind_alloc<state_type>;
     alloc_type alloc(asio::get_associated_allocator(handler));
     auto s = std::allocate_shared<state_type>(alloc, exec, ex, std::forward<Handler>(handler),
-                                              std::move(op), std::move(policy), stats,
+                                              std::move(op), std::forward<Policy>(policy), stats,
                                               std::move(origin), controlled);
     state_type::launch(std::move(s), user_slot);
   }
