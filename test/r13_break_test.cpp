@@ -3,7 +3,7 @@
 // down to the state, which moves (or copies) it once. Every completion token that stores the
 // initiation's arguments, runs the initiation later or more than once (deferred, copied and
 // started twice; use_awaitable; as_tuple; redirect_error; use_future; bind_executor; consign;
-// use_promise; parallel_group), with a `retry_policy` or a `shared_policy`, named, const or
+// parallel_group), with a `retry_policy` or a `shared_policy`, named, const or
 // temporary, on the plain, the controlled and the strand path. Each run must see the whole
 // policy (its `on_retry`, its label), and the caller's policy must be left as it was.
 #include <coretry/retry.hpp>
@@ -15,14 +15,12 @@
 #if CORETRY_ASIO_BOOST
 #include <boost/asio/consign.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/experimental/use_promise.hpp>
 #include <boost/asio/redirect_error.hpp>
 #else
 #include <asio/experimental/parallel_group.hpp>
 #include <asio/redirect_error.hpp>
 #if ASIO_VERSION >= 102400
 #include <asio/consign.hpp>
-#include <asio/experimental/use_promise.hpp>
 #endif
 #endif
 
@@ -189,8 +187,10 @@ TEST_CASE("async_retry awaited through use_awaitable, as_tuple and redirect_erro
   }
 }
 
-TEST_CASE("async_retry through use_future, bind_executor, consign and use_promise runs its whole "
-          "policy") {
+// Not `experimental::use_promise`: its promise runs on the initiation's associated executor, and
+// initiate_retry has none (Asio 1.38 then fails to compile `promise::operator()`), before and
+// after e7d3e0d alike.
+TEST_CASE("async_retry through use_future, bind_executor and consign runs its whole policy") {
   for (bool controlled : {false, true}) {
     CAPTURE(controlled);
     manual_clock::reset();
@@ -221,14 +221,7 @@ TEST_CASE("async_retry through use_future, bind_executor, consign and use_promis
                                            kept));
     // `policy` was moved into the call's own copy (held_policy_t): the caller asked for that.
     policy = counted(retries, controlled);
-    auto p = coretry::async_retry<manual_timer>(io.get_executor(), op, policy,
-                                                asio::experimental::use_promise);
-    p([&](error_code ec, int v) {
-      CHECK(!ec);
-      CHECK(v == 7);
-      ++done;
-    });
-    expected = 4;
+    expected = 3;
 #endif
     REQUIRE(coretry::testing::drive(
         io, [&] { return done == expected - 1 && f.wait_for(0s) == std::future_status::ready; }));
