@@ -260,3 +260,40 @@ TEST_CASE("a parallel_group of deferred async_retry operations runs each under i
     CHECK(intact(policy));
   }
 }
+
+TEST_CASE("a deferred async_retry with a fallback, started twice, runs its whole policy each time "
+          "and falls back each time") {
+  for (bool controlled : {false, true}) {
+    CAPTURE(controlled);
+    manual_clock::reset();
+    asio::io_context io(2);
+    auto retries = std::make_shared<int>(0);
+    retry_policy policy = counted(retries, controlled);
+    policy.max_attempts = 1; // the first attempt fails: the fallback answers
+    policy.on_retry = nullptr;
+    policy.retry_if = [retries](const std::error_code&) {
+      ++*retries; // asked once per run, by the run's own copy
+      return true;
+    };
+    flip_op op;
+    auto d = coretry::async_retry<manual_timer>(
+        io.get_executor(), op, policy,
+        coretry::fallback([](const coretry::fallback_info&) { return 5; }),
+        coretry::test::deferred);
+    int done = 0;
+    int sum = 0;
+    auto h = [&](error_code ec, int v) {
+      CHECK(!ec);
+      ++done;
+      sum += v;
+    };
+    d(h);
+    std::move(d)(h);
+    REQUIRE(coretry::testing::drive(io, [&] { return done == 2; }));
+    CHECK(sum == 10);
+    CHECK(*op.calls == 2);
+    CHECK(*retries == 2);
+    CHECK(static_cast<bool>(policy.retry_if));
+    CHECK(policy.label == long_label);
+  }
+}
