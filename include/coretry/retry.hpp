@@ -176,8 +176,8 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy,
   auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), false);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
-      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)),
-      static_cast<retry_stats*>(nullptr), std::move(origin));
+      std::move(op), std::forward<Policy>(policy), static_cast<retry_stats*>(nullptr),
+      std::move(origin));
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
@@ -192,8 +192,7 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& 
   auto origin = detail::make_origin<typename Timer::clock_type>(detail::policy_of(policy), true);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_retry<Timer, value_type, detail::deliver_error_code>{}, token, executor,
-      std::move(op), detail::held_policy_t<Policy>(std::forward<Policy>(policy)), &stats,
-      std::move(origin));
+      std::move(op), std::forward<Policy>(policy), &stats, std::move(origin));
 }
 
 /// Retries `op` under `policy`, then, when it gave up, completes with `fb` (see `fallback`).
