@@ -131,6 +131,18 @@
 
 #endif
 
+// Asio 1.28 and later: a handler's associated immediate executor, which an operation completing
+// inside its initiating function submits the handler to.
+#if CORETRY_ASIO_BOOST && BOOST_ASIO_VERSION >= 102800
+#include <boost/asio/associated_immediate_executor.hpp>
+#define CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR 1
+#elif !CORETRY_ASIO_BOOST && ASIO_VERSION >= 102800
+#include <asio/associated_immediate_executor.hpp>
+#define CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR 1
+#else
+#define CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR 0
+#endif
+
 // Asio 1.33 and later: the execution context's configuration (where the concurrency hint lives).
 #if CORETRY_ASIO_BOOST && __has_include(<boost/asio/config.hpp>)
 #include <boost/asio/config.hpp>

@@ -8,8 +8,9 @@
 // Paths, chosen once per operation by `needs_control`:
 // - `retry_async` with nothing to cancel it and no timed attempts: the loop is a coroutine
 //   awaited in the caller's (retry_loop.hpp), cancelled the usual way;
-// - every other operation: one `retry_op`, allocated with the handler's allocator, started by a
-//   post (never completing inside the initiation). A token attempt is initiated with a handler
+// - every other operation: one `retry_op`, allocated with the handler's allocator, whose first
+//   step is dispatched to its executor (inline when the caller runs there, else posted), and
+//   which never completes inside the initiation. A token attempt is initiated with a handler
 //   of the state's; an awaitable attempt is `co_spawn`ed for that attempt only. A sleep is one
 //   timer wait; a timed attempt is an entry in its context's deadline queue
 //   (deadline_queue.hpp). A controlled operation (a caller's slot, a group token, timed
@@ -199,7 +200,7 @@ template <class E> using work_t = decltype(track_work(std::declval<const E&>()))
 
 // --- The state as its intermediate handlers see it ---------------------------------------------
 //
-// The operation's own handlers (its posted start and its sleeps, the dispatched cancel and
+// The operation's own handlers (its posted start, if posted, and its sleeps, the dispatched cancel and
 // time-out, a token attempt's handler, a spawned attempt's completion) hold the state through
 // `op_steps` or `op_frame`, bases that name neither the operation nor the caller's handler. Asio
 // instantiates its handler machinery (a post, a strand's queue, a timer's wait, co_spawn) once
@@ -230,6 +231,47 @@ protected:
   op_steps& operator=(const op_steps&) = delete;
   ~op_steps() = default;
 };
+
+/// The operation whose first step runs inside its initiating function on this thread, if any
+/// (`retry_engine::start`). Should it complete that soon, its handler is submitted as Asio
+/// submits an immediate completion, never called from inside the initiating function.
+inline thread_local const op_steps* initiating_op = nullptr;
+
+/// Marks `op` as running inside its initiating function on this thread, until destroyed.
+class initiation_mark {
+public:
+  explicit initiation_mark(const op_steps* op) noexcept : previous_(initiating_op) {
+    initiating_op = op;
+  }
+  initiation_mark(const initiation_mark&) = delete;
+  initiation_mark& operator=(const initiation_mark&) = delete;
+  ~initiation_mark() { initiating_op = previous_; }
+
+private:
+  const op_steps* previous_;
+};
+
+/// Whether this thread runs `ex` now: inside a strand's handler, or on a thread running the
+/// `io_context` or `thread_pool` behind it. False when that cannot be told.
+template <class E> bool running_here(const E& ex) noexcept {
+  if constexpr (requires { ex.running_in_this_thread(); }) {
+    return ex.running_in_this_thread();
+  } else if constexpr (std::is_same_v<E, asio::any_io_executor>) {
+    using io = asio::io_context::executor_type;
+    using pool = asio::thread_pool::executor_type;
+    if (const auto* t = target_as<io>(ex))
+      return t->running_in_this_thread();
+    if (const auto* t = target_as<pool>(ex))
+      return t->running_in_this_thread();
+    if (const auto* t = target_as<asio::strand<io>>(ex))
+      return t->running_in_this_thread();
+    if (const auto* t = target_as<asio::strand<asio::any_io_executor>>(ex))
+      return t->running_in_this_thread();
+    return false;
+  } else {
+    return false;
+  }
+}
 
 /// What a token attempt's handler needs besides the steps: the operation's executor, the
 /// attempt's cancellation slot, the result it stores into, and the claim that ends the attempt
@@ -348,6 +390,22 @@ template <class Alloc> struct spawned_attempt_step {
   }
 };
 
+/// `f`, carrying the handler's allocator as its own `allocator_type`. It does what
+/// `asio::bind_allocator` does for the handlers the operation dispatches, without specialising
+/// `associated_executor`: `asio::dispatch` then needs no `work_dispatcher` (a tracked executor
+/// and one more hop) between the executor and `f`.
+template <class Alloc, class F> struct with_allocator {
+  using allocator_type = Alloc;
+  F f;
+  [[no_unique_address]] Alloc alloc;
+  allocator_type get_allocator() const noexcept { return alloc; }
+  void operator()() { f(); }
+};
+template <class Alloc, class F>
+with_allocator<Alloc, std::decay_t<F>> allocated(const Alloc& a, F&& f) {
+  return {std::forward<F>(f), a};
+}
+
 /// Delivers the outcome to the caller's handler, on the handler's executor.
 template <class Handler, class T, class Deliver> struct deliver_step {
   Handler h;
@@ -442,17 +500,33 @@ protected:
   /// Releases the state and calls the caller's handler with `core_.result()`.
   virtual void deliver(self_ptr self) = 0;
 
-  /// The initiation's last steps: the caller's slot (any type) cancels, from any thread; then the
-  /// start is posted, so that the operation never completes inside the initiating function.
+  /// The initiation's last steps: the caller's slot (any type) cancels, from any thread; then
+  /// the first step, dispatched to the operation's executor: when this thread runs that executor
+  /// already (the caller's coroutine or handler on its `io_context`, its strand, its
+  /// `thread_pool`), it runs inside the initiating function and sends the first attempt without
+  /// a post, as Asio's composed operations do; otherwise it is posted there. Either way every
+  /// step, and every hook of the policy, runs on the operation's executor, and the handler is
+  /// never called from inside the initiating function (`complete_now`).
   template <class Slot> static void start(self_ptr s, Slot user_slot) {
     if (user_slot.is_connected()) {
       // Weak: a slot that outlives the operation's execution context must not keep it, nor
       // reach it.
       user_slot.assign(slot_cancel_step{std::weak_ptr<op_steps>(s)});
     }
+    if (running_here(s->exec_)) {
+      const initiation_mark mark(s.get());
+      s->running_ = true;
+      retry_engine& st = *s;
+      st.begin(std::move(s));
+      return;
+    }
     const Exec ex = s->exec_;
     asio::post(ex, s->resumption(std::move(s)));
   }
+
+  /// Whether the outcome is decided inside the initiating function (its handler must not run
+  /// there).
+  bool complete_now() const noexcept { return initiating_op == this; }
 
   void resumed(op_steps::ptr p) override {
     self_ptr s = back(std::move(p));
@@ -471,7 +545,7 @@ protected:
     cancel_seen_.store(true, std::memory_order_release);
     const Exec ex = exec_;
     const allocator_type a = alloc_;
-    asio::dispatch(ex, asio::bind_allocator(a, cancel_step{std::move(p)}));
+    asio::dispatch(ex, allocated(a, cancel_step{std::move(p)}));
   }
 
   loop_result<T>& result() noexcept override { return core_.result(); }
@@ -564,7 +638,7 @@ protected:
   }
 
   /// The outcome is decided: unlink, tell the stats and the observer, then deliver (never inside
-  /// the initiation: the start was posted).
+  /// the initiation: see `complete_now`).
   void finish(self_ptr self) {
     armed_ = false;
     policy_of(policy_).cancellation.detach(*this);
@@ -601,8 +675,7 @@ protected:
   static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
     auto& self = static_cast<retry_engine&>(e);
     const Exec ex = self.exec_;
-    asio::dispatch(ex,
-                   asio::bind_allocator(self.alloc_, time_out_step{self.shared_from_this(), g}));
+    asio::dispatch(ex, allocated(self.alloc_, time_out_step{self.shared_from_this(), g}));
   }
   void time_out(std::uint64_t g) override {
     assert(on_exec());
@@ -643,7 +716,7 @@ protected:
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<retry_engine&>(r);
     const Exec ex = self.exec_;
-    asio::post(ex, asio::bind_allocator(self.alloc_, weak_cancel_step{self.weak_from_this()}));
+    asio::post(ex, allocated(self.alloc_, weak_cancel_step{self.weak_from_this()}));
   }
 
   // Batched group notices (cancellation.hpp): one handler per execution context enters each
@@ -661,8 +734,7 @@ protected:
       self.cancel(); // on the one thread of the operation's context, the state pinned
     } else {
       const Exec ex = self.exec_;
-      asio::dispatch(ex,
-                     asio::bind_allocator(self.alloc_, weak_cancel_step{self.weak_from_this()}));
+      asio::dispatch(ex, allocated(self.alloc_, weak_cancel_step{self.weak_from_this()}));
     }
   }
   static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
@@ -788,9 +860,25 @@ private:
     const allocator_type alloc = alloc_; // a copy: the state may die below
     loop_result<T> r = std::move(core_.result());
     [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
+    const bool now = this->complete_now();
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
-    asio::dispatch(ex, asio::bind_allocator(
-                           alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+    if (now) {
+      // Decided inside the initiating function (a gate or a rate refused the first attempt, or
+      // the attempt's handler ran inside its own initiation): submitted as Asio submits an
+      // immediate completion, through the handler's associated immediate executor (1.28 and
+      // later; by default a post to the handler's executor), else posted.
+#if CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR
+      auto iex = asio::get_associated_immediate_executor(h, ex);
+      asio::dispatch(
+          iex, allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+#else
+      asio::post(ex,
+                 allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+#endif
+      return;
+    }
+    asio::dispatch(ex,
+                   allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
   }
 
   static auto keep_io_executor(const Executor& ex) {
