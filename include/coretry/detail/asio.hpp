@@ -135,9 +135,11 @@
 // inside its initiating function submits the handler to.
 #if CORETRY_ASIO_BOOST && BOOST_ASIO_VERSION >= 102800
 #include <boost/asio/associated_immediate_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #define CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR 1
 #elif !CORETRY_ASIO_BOOST && ASIO_VERSION >= 102800
 #include <asio/associated_immediate_executor.hpp>
+#include <asio/bind_executor.hpp>
 #define CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR 1
 #else
 #define CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR 0

@@ -406,6 +406,12 @@ with_allocator<Alloc, std::decay_t<F>> allocated(const Alloc& a, F&& f) {
   return {std::forward<F>(f), a};
 }
 
+/// Whether `Handler` names an executor of its own (`bind_executor`, a strand's handler, ...),
+/// which `asio::dispatch` then reaches through a `work_dispatcher`.
+template <class Handler, class Executor> inline constexpr bool has_own_executor = !requires {
+  typename asio::associated_executor<Handler, Executor>::asio_associated_executor_is_unspecialised;
+};
+
 /// Delivers the outcome to the caller's handler, on the handler's executor.
 template <class Handler, class T, class Deliver> struct deliver_step {
   Handler h;
@@ -869,8 +875,15 @@ private:
       // later; by default a post to the handler's executor), else posted.
 #if CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR
       auto iex = asio::get_associated_immediate_executor(h, ex);
-      asio::dispatch(
-          iex, allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+      auto delivery =
+          allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)});
+      if constexpr (has_own_executor<Handler, Executor>) {
+        // As Asio's dispatch of the handler itself to its immediate executor: from there, on to
+        // the handler's own executor (a strand it is bound to), unless it runs there already.
+        asio::dispatch(iex, asio::bind_executor(ex, std::move(delivery)));
+      } else {
+        asio::dispatch(iex, std::move(delivery));
+      }
 #else
       asio::post(ex,
                  allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
