@@ -590,11 +590,12 @@ TEST_CASE("uncontrolled operations started inside run() on a context run by two 
       asio::post(io, [&, i] {
         thread_local bool in = false;
         in = true;
-        coretry::async_retry(io.get_executor(), i % 2 ? failing : failing_inline, p,
-                             [&](error_code ec, int) {
-                               inside.fetch_add(in ? 1 : 0);
-                               done.fetch_add(ec ? 1000 : 1);
-                             });
+        probe_op op = i % 2 ? failing : failing_inline;
+        op.calls = std::make_shared<int>(0); // its own: the operations run on two threads
+        coretry::async_retry(io.get_executor(), op, p, [&](error_code ec, int) {
+          inside.fetch_add(in ? 1 : 0);
+          done.fetch_add(ec ? 1000 : 1);
+        });
         in = false;
       });
     std::thread t([&] { io.run(); });
@@ -612,7 +613,9 @@ TEST_CASE("uncontrolled operations started inside run() on a context run by two 
       asio::post(pool, [&] {
         thread_local bool in = false;
         in = true;
-        coretry::async_retry(pool.get_executor(), failing_inline, p, [&](error_code ec, int) {
+        probe_op op = failing_inline;
+        op.calls = std::make_shared<int>(0);
+        coretry::async_retry(pool.get_executor(), op, p, [&](error_code ec, int) {
           inside.fetch_add(in ? 1 : 0);
           done.fetch_add(ec ? 1000 : 1);
         });
