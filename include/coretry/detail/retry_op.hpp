@@ -297,7 +297,7 @@ protected:
 
   Exec exec_;
   asio::cancellation_signal* signal_ = nullptr; ///< controlled: bound to each attempt
-  std::atomic<std::uint64_t> claimed_seq_{0};         ///< the last token attempt ended
+  std::atomic<std::uint64_t> claimed_seq_{0};   ///< the last token attempt ended
 };
 
 /// The handler of a sleep, and of the posted start: the state and the handler's allocator
