@@ -740,24 +740,93 @@ protected:
   bool relaunch_posted_ = false; ///< a relaunch() is on its way through the strand's queue
 };
 
-/// One hedged operation: the engine with the operation `Op`, the caller's `Handler` and the
-/// executor `Executor` the caller named. It runs each attempt and delivers the outcome.
-template <class Timer, class T, class Op, class Strand, class Handler, class Executor,
-          class Deliver>
-class hedge_state final : public hedge_engine<Timer, T, Strand> {
+/// The hedge's half that names the caller's handler but not the operation: it delivers the
+/// outcome (`release` calls `take_completion` and `post_completion`). Every call site with the
+/// same handler type (each `hedge_async` for one result type, say) shares it.
+template <class Timer, class T, class Strand, class Handler, class Executor, class Deliver>
+class hedge_delivery : public hedge_engine<Timer, T, Strand> {
   using engine = hedge_engine<Timer, T, Strand>;
-  using typename engine::slot;
 
-public:
-  hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
-              hedge_options hedge, hedge_stats* stats)
+protected:
+  hedge_delivery(Strand strand, Handler handler, const Executor& ex, retry_policy policy,
+                 hedge_options hedge, hedge_stats* stats)
       : engine(std::move(strand), std::move(policy), std::move(hedge), stats),
-        handler_(std::move(handler)), executor_(ex), op_(std::move(op)) {
+        handler_(std::move(handler)), executor_(ex) {
     // Until it completes, the operation keeps its handler's executor busy, as retry_op and
     // Asio's composed operations do: a handler bound to another context keeps that context's
     // run() from returning before the completion arrives.
     handler_work_.emplace(track_work(asio::get_associated_executor(*handler_, executor_)));
   }
+  ~hedge_delivery() = default;
+
+  using handler_work_type = work_t<asio::associated_executor_t<Handler, Executor>>;
+
+  /// What `release` hands on to the handler's executor once the state is gone.
+  struct completion {
+    Handler handler;
+    loop_result<T> result;
+    std::optional<handler_work_type> work;
+    Executor io_executor;
+
+    completion(Handler h, loop_result<T> r, std::optional<handler_work_type> w, const Executor& e)
+        : handler(std::move(h)), result(std::move(r)), work(std::move(w)), io_executor(e) {}
+
+    void operator()() {
+      auto ex = asio::get_associated_executor(handler, io_executor);
+      const auto a = asio::get_associated_allocator(handler);
+      [[maybe_unused]] auto held = std::move(work); // released after the dispatch
+      // deliver_step clears the caller's slot on the handler's executor, where the caller emits
+      // into it, as retry_op does: clearing it on the operation's would race with an emit on the
+      // caller's thread.
+      asio::dispatch(ex, asio::bind_allocator(a, deliver_step<Handler, T, Deliver>{
+                                                     std::move(handler), std::move(result)}));
+    }
+  };
+  /// `release`'s first half, before the state is destroyed: a completed operation's handler, its
+  /// outcome and the strand to post them through.
+  void take_completion(std::optional<completion>& done, std::optional<Strand>& strand) {
+    if (this->completed_) {
+      done.emplace(std::move(*handler_), std::move(this->result_), std::move(handler_work_),
+                   executor_);
+      strand.emplace(this->strand_);
+    }
+  }
+
+  /// `release`'s second half, once the state's memory is given back.
+  static void post_completion(std::optional<completion>& done,
+                              std::optional<Strand>& strand) noexcept {
+    if (!done)
+      return;
+    try {
+      // Through the operation's executor first: the holder that let go is still running there,
+      // and shared_ptr frees its control block (that allocator's memory too) after this returns.
+      const auto a = asio::get_associated_allocator(done->handler);
+      asio::post(*strand, asio::bind_allocator(a, std::move(*done)));
+    } catch (...) {
+      // Nothing can be posted: the handler is destroyed uncalled, as at a teardown.
+    }
+  }
+
+  std::optional<Handler> handler_;
+  std::optional<handler_work_type> handler_work_; ///< released when the handler is called
+  Executor executor_;
+};
+
+/// One hedged operation: the engine and the delivery with the operation `Op`, which it runs for
+/// each attempt (`attempt`).
+template <class Timer, class T, class Op, class Strand, class Handler, class Executor,
+          class Deliver>
+class hedge_state final : public hedge_delivery<Timer, T, Strand, Handler, Executor, Deliver> {
+  using delivery = hedge_delivery<Timer, T, Strand, Handler, Executor, Deliver>;
+  using typename delivery::completion;
+  using typename delivery::slot;
+
+public:
+  hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
+              hedge_options hedge, hedge_stats* stats)
+      : delivery(std::move(strand), std::move(handler), ex, std::move(policy), std::move(hedge),
+                 stats),
+        op_(std::move(op)) {}
   // Unlinked from the group before anything of the state dies, as when it was one class: a
   // notice running now has returned once this returns (the engine's destructor detaches again,
   // which does nothing then).
@@ -773,23 +842,10 @@ public:
     using traits = std::allocator_traits<Alloc>;
     std::optional<completion> done;
     std::optional<Strand> strand;
-    if (p->completed_) {
-      done.emplace(std::move(*p->handler_), std::move(p->result_), std::move(p->handler_work_),
-                   p->executor_);
-      strand.emplace(p->strand_);
-    }
+    p->take_completion(done, strand);
     traits::destroy(alloc, p);
     traits::deallocate(alloc, p, 1);
-    if (!done)
-      return;
-    try {
-      // Through the operation's executor first: the holder that let go is still running there,
-      // and shared_ptr frees its control block (that allocator's memory too) after this returns.
-      const auto a = asio::get_associated_allocator(done->handler);
-      asio::post(*strand, asio::bind_allocator(a, std::move(*done)));
-    } catch (...) {
-      // Nothing can be posted: the handler is destroyed uncalled, as at a teardown.
-    }
+    delivery::post_completion(done, strand);
   }
 
 private:
@@ -822,34 +878,6 @@ private:
     co_await asio::this_coro::throw_if_cancelled(false);
     s->attempt_done(*sl, std::move(out));
   }
-
-  using handler_work_type = work_t<asio::associated_executor_t<Handler, Executor>>;
-
-  /// What `release` hands on to the handler's executor once the state is gone.
-  struct completion {
-    Handler handler;
-    loop_result<T> result;
-    std::optional<handler_work_type> work;
-    Executor io_executor;
-
-    completion(Handler h, loop_result<T> r, std::optional<handler_work_type> w, const Executor& e)
-        : handler(std::move(h)), result(std::move(r)), work(std::move(w)), io_executor(e) {}
-
-    void operator()() {
-      auto ex = asio::get_associated_executor(handler, io_executor);
-      const auto a = asio::get_associated_allocator(handler);
-      [[maybe_unused]] auto held = std::move(work); // released after the dispatch
-      // deliver_step clears the caller's slot on the handler's executor, where the caller emits
-      // into it, as retry_op does: clearing it on the operation's would race with an emit on the
-      // caller's thread.
-      asio::dispatch(ex, asio::bind_allocator(a, deliver_step<Handler, T, Deliver>{
-                                                     std::move(handler), std::move(result)}));
-    }
-  };
-
-  std::optional<Handler> handler_;
-  std::optional<handler_work_type> handler_work_; ///< released when the handler is called
-  Executor executor_;
   Op op_;
 };
 
