@@ -19,13 +19,14 @@
 // `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion signatures, delivery,
 // executor choice and outstanding work of retry_op.hpp.
 //
-// Built as retry_op is, in two halves (docs/core.md, "What a call site costs to compile"):
-// `hedge_engine` holds the state and runs everything but the two steps that name the operation or
-// the caller's handler, which `hedge_state` adds (the attempt's coroutine, `attempt`, and the
-// delivery, `release`). Its intermediate handlers are the namespace-scope steps below, which hold
-// the state through the non-template base `hedge_steps`: Asio's handler machinery (a post, a
-// strand's queue, a timer's wait, co_spawn) is instantiated once per timer, result and strand
-// type, not once per call site. Each step costs one virtual call.
+// Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
+// `hedge_engine` holds the state and runs everything but what names the caller's handler or the
+// operation; `hedge_delivery` adds the handler and delivers the outcome (`release`'s halves);
+// `hedge_state` adds the operation, and runs it as each attempt's coroutine (`attempt`). The
+// intermediate handlers are the namespace-scope steps below, which hold the state through the
+// non-template base `hedge_steps`: Asio's handler machinery (a post, a strand's queue, a timer's
+// wait, co_spawn) is instantiated once per timer, result and strand type, not once per call site.
+// Each step costs one virtual call.
 
 #include <coretry/attempt.hpp>
 #include <coretry/cancellation.hpp>
@@ -183,8 +184,8 @@ struct relaunch_step {
   void operator()() const { s->relaunch_due(trigger); }
 };
 
-/// The hedge's half that names neither the operation nor the caller's handler: everything but
-/// running an attempt (`attempt`) and delivering the outcome (`hedge_state::release`). Compiled
+/// The hedge's part that names neither the operation nor the caller's handler: everything but
+/// running an attempt (`attempt`) and delivering the outcome (`hedge_delivery`). Compiled
 /// once per timer, result and strand type, for every call site.
 template <class Timer, class T, class Strand>
 class hedge_engine : public hedge_steps,
@@ -740,7 +741,7 @@ protected:
   bool relaunch_posted_ = false; ///< a relaunch() is on its way through the strand's queue
 };
 
-/// The hedge's half that names the caller's handler but not the operation: it delivers the
+/// The hedge's part that names the caller's handler but not the operation: it delivers the
 /// outcome (`release` calls `take_completion` and `post_completion`). Every call site with the
 /// same handler type (each `hedge_async` for one result type, say) shares it.
 template <class Timer, class T, class Strand, class Handler, class Executor, class Deliver>
