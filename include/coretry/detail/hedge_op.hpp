@@ -201,6 +201,7 @@ public:
     std::optional<timer_type> timer; ///< its attempt timeout
   };
 
+protected:
   hedge_engine(Strand strand, retry_policy policy, hedge_options hedge, hedge_stats* stats)
       : strand_(std::move(strand)), policy_(std::move(policy)), hedge_(std::move(hedge)),
         stats_(stats), hedge_timer_(strand_), origin_(make_origin<clock>(policy_, true)) {
@@ -212,6 +213,7 @@ public:
   hedge_engine(const hedge_engine&) = delete;
   hedge_engine& operator=(const hedge_engine&) = delete;
 
+public:
   /// The initiation's last step: the caller's slot (any type) cancels, from any thread. Always
   /// a post (`slot_cancelled`): the completion clears that slot, which it must not do inside the
   /// slot's handler.
