@@ -832,7 +832,9 @@ public:
         op_(std::move(op)) {}
   // Unlinked from the group before anything of the state dies, as when it was one class: a
   // notice running now has returned once this returns (the engine's destructor detaches again,
-  // which does nothing then).
+  // which does nothing then). Since the split, the operation and the handler (uncalled, at a
+  // teardown) die before the engine's members (the slots and their grants, the timers, the
+  // policy) rather than after them; none of those refers to the operation or the handler.
   ~hedge_state() { this->policy_.cancellation.detach(*this); }
 
   /// The state's deleter (`initiate_hedge`). The state lives in memory from its handler's
