@@ -564,3 +564,96 @@ TEST_CASE("a hedge on a shared_policy copies its hooks and group token, and leav
   CHECK(io.poll() == 0); // nothing started
   CHECK(called == 0);
 }
+
+TEST_CASE("a context destroyed before the posted start ran destroys the handler uncalled and "
+          "never calls the operation") {
+  for (const int hint : {1, 2}) {
+    CAPTURE(hint);
+    manual_clock::reset();
+    auto counts = std::make_shared<r14_counts>();
+    auto handler_alive = std::make_shared<int>(0);
+    auto op_alive = std::make_shared<int>(0);
+    coretry::cancellation_source group;
+    scripted_op op{{hang()}};
+    int calls = 0;
+    std::error_code got;
+    {
+      asio::io_context io(hint);
+      retry_policy p{.max_attempts = 3};
+      p.cancellation = group.token();
+      coretry::async_hedge<manual_timer>(
+          io.get_executor(), counted_op{op_alive, &op}, p,
+          hedge_options{.delay = 10ms, .max_in_flight = 2},
+          asio::bind_allocator(r14_allocator<void>(counts),
+                               counted_handler{handler_alive, &calls, &got}));
+      REQUIRE(counts->outstanding() > 0);
+    }
+    group.cancel();
+    CHECK(op.calls == 0);
+    CHECK(calls == 0);
+    CHECK(handler_alive.use_count() == 1);
+    CHECK(op_alive.use_count() == 1);
+    CHECK(counts->outstanding() == 0);
+  }
+}
+
+TEST_CASE("a context destroyed with copies in flight gives back the work it held on the "
+          "handler's own context, whose run() then returns") {
+  manual_clock::reset();
+  asio::io_context home(1);
+  scripted_op op{{hang()}};
+  int calls = 0;
+  {
+    asio::io_context io;
+    coretry::async_hedge<manual_timer>(
+        io.get_executor(), [&] { return op(); }, retry_policy{.max_attempts = 3},
+        hedge_options{.delay = 10ms, .max_in_flight = 2},
+        asio::bind_executor(home, [&](error_code, int) { ++calls; }));
+    drive(io, [&] { return op.calls == 2; });
+    REQUIRE(op.calls == 2);
+    CHECK(home.poll() == 0);
+    CHECK_FALSE(home.stopped()); // the hedge's work keeps it
+  }
+  home.run(); // would block for ever if the destroyed hedge still held work on home
+  CHECK(calls == 0);
+}
+
+TEST_CASE("with no hedge delay, a cancellation from the first copy's own start sends no further "
+          "copy") {
+  for (const bool by_group : {true, false}) {
+    CAPTURE(by_group);
+    manual_clock::reset();
+    asio::io_context io;
+    coretry::cancellation_source group;
+    asio::cancellation_signal caller;
+    int calls = 0;
+    int cut = 0;
+    auto op = [&]() -> asio::awaitable<int> {
+      if (++calls == 1) {
+        if (by_group)
+          group.cancel();
+        else
+          caller.emit(asio::cancellation_type::terminal);
+      }
+      manual_timer t(co_await asio::this_coro::executor);
+      t.expires_after(1h);
+      auto [ec] = co_await t.async_wait(coretry::detail::as_tuple(asio::use_awaitable));
+      if (ec) {
+        ++cut;
+        throw std::system_error(ec);
+      }
+      co_return 1;
+    };
+    retry_policy p{.max_attempts = 5};
+    p.cancellation = group.token();
+    coretry::test::outcome o;
+    coretry::async_hedge<manual_timer>(
+        io.get_executor(), op, p, hedge_options{.delay = 0ns, .max_in_flight = 3},
+        asio::bind_cancellation_slot(caller.slot(), coretry::test::record(o)));
+    drive(io, [] { return false; });
+    CHECK(o.completions == 1);
+    CHECK(o.error == asio::error::operation_aborted);
+    CHECK(calls == 1);
+    CHECK(cut == 1);
+  }
+}
