@@ -135,6 +135,20 @@ void spin_until(const std::atomic<int>& n, int at_least) {
     std::this_thread::yield();
 }
 
+/// A standard executor of `ctx` that refuses every function it is given: a handler bound to it
+/// cannot be dispatched.
+struct refusing_executor {
+  asio::io_context* ctx;
+  asio::execution_context& query(asio::execution::context_t) const noexcept { return *ctx; }
+  template <class F> void execute(F&&) const { throw std::runtime_error("refused"); }
+  friend bool operator==(const refusing_executor& a, const refusing_executor& b) noexcept {
+    return a.ctx == b.ctx;
+  }
+  friend bool operator!=(const refusing_executor& a, const refusing_executor& b) noexcept {
+    return a.ctx != b.ctx;
+  }
+};
+
 } // namespace
 
 TEST_CASE("a context destroyed while copies run and a hedge waits destroys the handler uncalled, "
@@ -266,7 +280,7 @@ TEST_CASE("with the caller's slot and a group token bound, every block of the ha
       CHECK_FALSE(got);
       CHECK(value == 9);
     } else {
-      CHECK(got == asio::error::operation_aborted);
+      CHECK(got == coretry::test::operation_aborted);
       CHECK(op.aborted == 2); // both copies were cut and returned
     }
   }
@@ -304,7 +318,7 @@ TEST_CASE("the caller's slot emitted from another thread while copies run and a 
     t1.join();
     t2.join();
     CHECK(completions == 1);
-    CHECK(got == asio::error::operation_aborted);
+    CHECK(got == coretry::test::operation_aborted);
   }
 }
 
@@ -337,7 +351,7 @@ TEST_CASE("the group token cancelled from another thread while copies run comple
     t1.join();
     t2.join();
     CHECK(completions == 1);
-    CHECK(got == asio::error::operation_aborted);
+    CHECK(got == coretry::test::operation_aborted);
   }
 }
 
@@ -361,7 +375,7 @@ TEST_CASE("a group cancelled from a hook as a hedge starts sends no copy, and ev
       stats, coretry::test::record(o));
   drive(io, [] { return false; });
   CHECK(o.completions == 1);
-  CHECK(o.error == asio::error::operation_aborted);
+  CHECK(o.error == coretry::test::operation_aborted);
   CHECK(op.calls == 1); // the second copy was counted, then not sent
   CHECK(op.aborted == 1);
   CHECK(stats.abandoned == 2);
@@ -546,8 +560,8 @@ TEST_CASE("a hedge on a shared_policy copies its hooks and group token, and leav
   drive(io, [] { return false; });
   CHECK(a.completions == 1);
   CHECK(b.completions == 1);
-  CHECK(a.error == asio::error::operation_aborted);
-  CHECK(b.error == asio::error::operation_aborted);
+  CHECK(a.error == coretry::test::operation_aborted);
+  CHECK(b.error == coretry::test::operation_aborted);
   CHECK(op.aborted == 4);
   CHECK(observer->finished == 2);
   CHECK(shared->label == std::string(40, 'h'));
@@ -652,8 +666,43 @@ TEST_CASE("with no hedge delay, a cancellation from the first copy's own start s
         asio::bind_cancellation_slot(caller.slot(), coretry::test::record(o)));
     drive(io, [] { return false; });
     CHECK(o.completions == 1);
-    CHECK(o.error == asio::error::operation_aborted);
+    CHECK(o.error == coretry::test::operation_aborted);
     CHECK(calls == 1);
     CHECK(cut == 1);
+  }
+}
+
+TEST_CASE("a handler whose executor refuses it lets that exception out of run() once, and the "
+          "hedge has left nothing behind") {
+  for (const int hint : {1, 2}) {
+    CAPTURE(hint);
+    manual_clock::reset();
+    auto counts = std::make_shared<r14_counts>();
+    auto handler_alive = std::make_shared<int>(0);
+    asio::io_context io(hint);
+    scripted_op op{{hang(), succeed(3, 5ms)}};
+    int calls = 0;
+    std::error_code got;
+    coretry::async_hedge<manual_timer>(
+        io.get_executor(), [&] { return op(); }, retry_policy{.max_attempts = 2},
+        hedge_options{.delay = 10ms, .max_in_flight = 2},
+        asio::bind_allocator(r14_allocator<void>(counts),
+                             asio::bind_executor(refusing_executor{&io},
+                                                 counted_handler{handler_alive, &calls, &got})));
+    int thrown = 0;
+    for (int i = 0; i < 10; ++i) {
+      try {
+        drive(io, [] { return false; });
+        break;
+      } catch (const std::runtime_error& e) {
+        CHECK(std::string(e.what()) == "refused");
+        ++thrown;
+      }
+    }
+    CHECK(thrown == 1);
+    CHECK(calls == 0);
+    CHECK(op.aborted == 1);
+    CHECK(handler_alive.use_count() == 1);
+    CHECK(counts->outstanding() == 0);
   }
 }
