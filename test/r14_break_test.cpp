@@ -706,3 +706,66 @@ TEST_CASE("a handler whose executor refuses it lets that exception out of run() 
     CHECK(counts->outstanding() == 0);
   }
 }
+
+namespace {
+
+/// Sends the first attempt at once and makes every later one wait 20 ms; counts each call.
+struct counting_rate final : coretry::send_rate {
+  int acquired = 0;
+  int released = 0;
+  int outcomes = 0;
+  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override {
+    return ++acquired == 1 ? std::chrono::nanoseconds::zero() : std::chrono::nanoseconds(20ms);
+  }
+  void release(std::chrono::nanoseconds) noexcept override { ++released; }
+  void on_throttle(std::chrono::nanoseconds) noexcept override { ++outcomes; }
+  void on_success(std::chrono::nanoseconds) noexcept override { ++outcomes; }
+};
+
+} // namespace
+
+TEST_CASE("a hedge paced by its send rate, cancelled or torn down while it waits, hands the "
+          "reserved token back once, before the handler runs") {
+  for (const bool teardown : {false, true}) {
+    CAPTURE(teardown);
+    manual_clock::reset();
+    auto rate = std::make_shared<counting_rate>();
+    auto handler_alive = std::make_shared<int>(0);
+    asio::cancellation_signal caller;
+    scripted_op op{{hang()}};
+    int calls = 0;
+    int released_at_call = -1;
+    std::error_code got;
+    {
+      asio::io_context io;
+      retry_policy p{.max_attempts = 3, .rate_limit = rate};
+      coretry::async_hedge<manual_timer>(
+          io.get_executor(), [&] { return op(); }, p,
+          hedge_options{.delay = 10ms, .max_in_flight = 2},
+          asio::bind_cancellation_slot(caller.slot(), [&, handler_alive](error_code ec, int) {
+            ++calls;
+            got = ec;
+            released_at_call = rate->released;
+          }));
+      drive(io, [&] { return rate->acquired == 2; }); // the hedge is due, and waits for its token
+      REQUIRE(rate->acquired == 2);
+      REQUIRE(op.calls == 1);
+      if (!teardown) {
+        caller.emit(asio::cancellation_type::terminal);
+        drive(io, [] { return false; });
+      }
+    }
+    CHECK(op.calls == 1); // the paced copy was never sent
+    CHECK(rate->released == 1);
+    CHECK(handler_alive.use_count() == 1);
+    if (teardown) {
+      CHECK(calls == 0);
+    } else {
+      CHECK(calls == 1);
+      CHECK(got == coretry::test::operation_aborted);
+      CHECK(released_at_call == 1);
+      CHECK(op.aborted == 1);
+    }
+    caller.slot().clear();
+  }
+}
