@@ -204,7 +204,8 @@ public:
 protected:
   hedge_engine(Strand strand, retry_policy policy, hedge_options hedge, hedge_stats* stats)
       : strand_(std::move(strand)), policy_(std::move(policy)), hedge_(std::move(hedge)),
-        stats_(stats), hedge_timer_(strand_), origin_(make_origin<clock>(policy_, true)) {
+        stats_(stats), hears_(heard_by(policy_)), hedge_timer_(strand_),
+        origin_(make_origin<clock>(policy_, true)) {
     notify = &hedge_engine::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
@@ -246,7 +247,7 @@ public:
         (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this));
     if (policy_.budget)
       policy_.budget->on_request(start_);
-    if (policy_.observer)
+    if (hears(observer_interest::operation_started))
       emit(*policy_.observer, operation_started_event{policy_.label, operation_kind::hedge});
     if (cancelled) {
       finish_abort();
@@ -300,7 +301,7 @@ public:
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
-    if (policy_.observer)
+    if (hears(observer_interest::attempt_finished))
       emit(*policy_.observer,
            attempt_finished_event{
                policy_.label, sl.number, now - sl.started,
@@ -397,7 +398,7 @@ private:
       if (policy_.rate_limit && !token_) {
         const verdict v = sched_->pace(now, token_);
         if (v.stop) {
-          if (policy_.observer && v.stop == errc::rate_limited)
+          if (hears(observer_interest::refused) && v.stop == errc::rate_limited)
             emit(*policy_.observer, refusal_event{policy_.label, v.stop, launched_ + 1});
           stop_launching(static_cast<errc>(v.stop.value()));
           return;
@@ -445,7 +446,7 @@ private:
     if (launched_ > 0 && policy_.budget) {
       if (!policy_.budget->try_retry(now)) {
         token_.returned();
-        if (policy_.observer)
+        if (hears(observer_interest::refused))
           emit(*policy_.observer,
                refusal_event{policy_.label, errc::budget_exhausted, launched_ + 1});
         stop_launching(errc::budget_exhausted);
@@ -469,7 +470,7 @@ private:
       }
       // A refusal is an overload control's (the gate, or the budget asked again after a wait
       // for the gate); a deadline reached before the attempt could start is not one.
-      if (policy_.observer && why != errc::deadline_exceeded)
+      if (hears(observer_interest::refused) && why != errc::deadline_exceeded)
         emit(*policy_.observer, refusal_event{policy_.label, why, launched_ + 1});
       stop_launching(static_cast<errc>(why.value()));
       return false;
@@ -496,12 +497,11 @@ private:
         return false;
       }
     }
-    if (policy_.observer) {
-      sl.started = now;
-      if (launched_ > 1)
-        emit(*policy_.observer, hedge_started_event{policy_.label, launched_, in_flight_, trigger});
+    sl.started = now;
+    if (launched_ > 1 && hears(observer_interest::hedge_started))
+      emit(*policy_.observer, hedge_started_event{policy_.label, launched_, in_flight_, trigger});
+    if (hears(observer_interest::attempt_started))
       emit(*policy_.observer, attempt_started_event{policy_.label, launched_});
-    }
     // retry_op's rule: a cancellation that arrived from a hook called above (`on_hedge`, the
     // observer's `attempt_started`, the gate) is still on its way through the strand's queue,
     // but the attempt is not sent. It ends abandoned, its grant, send token and budget charge
@@ -510,7 +510,7 @@ private:
       unlaunch(sl, now);
       if (stats_)
         ++stats_->abandoned; // as the observer hears it
-      if (policy_.observer)
+      if (hears(observer_interest::attempt_finished))
         emit(*policy_.observer, attempt_finished_event{policy_.label,
                                                        sl.number,
                                                        nanoseconds{0},
@@ -661,7 +661,8 @@ private:
         running.push_back(sl.get());
     for (slot* sl : running) {
       sl->cut = why;
-      if (policy_.observer && (why == hedge_cut::lost || why == hedge_cut::deadline))
+      if (hears(observer_interest::hedge_abandoned) &&
+          (why == hedge_cut::lost || why == hedge_cut::deadline))
         emit(*policy_.observer, hedge_abandoned_event{policy_.label, sl->number});
     }
     for (slot* sl : running)
@@ -690,7 +691,7 @@ private:
     policy_.cancellation.detach(*this);
     if (stats_)
       stats_->elapsed = read_clock<clock>(true) - start_;
-    if (policy_.observer)
+    if (hears(observer_interest::operation_finished))
       emit(*policy_.observer,
            operation_finished_event{policy_.label, operation_kind::hedge, launched_,
                                     read_clock<clock>(true) - start_, nanoseconds{0},
@@ -709,10 +710,13 @@ private:
   }
 
 protected:
+  bool hears(observer_interest e) const noexcept { return listens(hears_, e); }
+
   Strand strand_;
   retry_policy policy_;
   hedge_options hedge_;
   hedge_stats* stats_;
+  observer_interest hears_;       ///< asked of the observer once
   std::optional<schedule> sched_; ///< refers to `policy_`
   timer_type hedge_timer_;        ///< the next hedge, or the send token of a paced one
   std::optional<timer_type> deadline_timer_;
