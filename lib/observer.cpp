@@ -26,7 +26,7 @@ std::function<void(breaker_state, breaker_state, nanoseconds)>
 observe_breaker(std::shared_ptr<retry_observer> observer, std::string label) {
   return [o = std::move(observer), l = std::move(label)](breaker_state from, breaker_state to,
                                                          nanoseconds now) noexcept {
-    if (!o)
+    if (!o || !listens(o->interests(), observer_interest::breaker_transition))
       return;
     try {
       o->on_breaker_transition(breaker_transition_event{l, from, to, now});
@@ -45,7 +45,7 @@ std::shared_ptr<circuit_breaker> make_observed_breaker(circuit_breaker_options o
                            self](breaker_state from, breaker_state to, nanoseconds now) noexcept {
     if (own)
       own(from, to, now);
-    if (!o)
+    if (!o || !listens(o->interests(), observer_interest::breaker_transition))
       return;
     try {
       o->on_breaker_transition(

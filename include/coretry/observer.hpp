@@ -170,12 +170,52 @@ struct breaker_transition_event {
   const circuit_breaker* breaker = nullptr;
 };
 
+/// The events a `retry_observer` listens to, as flags (`retry_observer::interests`).
+enum class observer_interest : std::uint16_t {
+  none = 0,
+  operation_started = 1U << 0,  ///< `on_operation_started`
+  attempt_started = 1U << 1,    ///< `on_attempt_started`
+  attempt_finished = 1U << 2,   ///< `on_attempt_finished`
+  retry_scheduled = 1U << 3,    ///< `on_retry_scheduled`
+  refused = 1U << 4,            ///< `on_refused`
+  hedge_started = 1U << 5,      ///< `on_hedge_started`
+  hedge_abandoned = 1U << 6,    ///< `on_hedge_abandoned`
+  operation_finished = 1U << 7, ///< `on_operation_finished`
+  breaker_transition = 1U << 8, ///< `on_breaker_transition`
+  all = (1U << 9) - 1,          ///< every event (the default)
+};
+/// The events of `a` and those of `b`.
+constexpr observer_interest operator|(observer_interest a, observer_interest b) noexcept {
+  return static_cast<observer_interest>(static_cast<std::uint16_t>(a) |
+                                        static_cast<std::uint16_t>(b));
+}
+/// The events in both `a` and `b`.
+constexpr observer_interest operator&(observer_interest a, observer_interest b) noexcept {
+  return static_cast<observer_interest>(static_cast<std::uint16_t>(a) &
+                                        static_cast<std::uint16_t>(b));
+}
+/// Every event but those of `e`.
+constexpr observer_interest operator~(observer_interest e) noexcept {
+  return static_cast<observer_interest>(static_cast<std::uint16_t>(observer_interest::all) &
+                                        ~static_cast<std::uint16_t>(e));
+}
+/// Whether `set` holds every event of `e`, and `e` names at least one.
+constexpr bool listens(observer_interest set, observer_interest e) noexcept {
+  return e != observer_interest::none && (set & e) == e;
+}
+
 /// Receives the events of the operations whose policy it is set on. Every member does nothing
-/// by default: override those you need. See the file comment for the order of events, threads,
-/// and exceptions.
+/// by default: override those you need, and say which in `interests` so that operations build
+/// no other event. See the file comment for the order of events, threads, and exceptions.
 class CORETRY_API retry_observer {
 public:
   virtual ~retry_observer();
+  /// The events this observer listens to: `observer_interest::all` by default. An operation asks
+  /// once, when it is made (and `observe_breaker` at each transition), and neither builds nor
+  /// delivers an event outside them; an observer that listens to none costs an operation that
+  /// one call. Must not throw (it is `noexcept`); say the same set for as long as operations use
+  /// the observer.
+  virtual observer_interest interests() const noexcept { return observer_interest::all; }
   /// An operation started.
   virtual void on_operation_started(const operation_started_event&) {}
   /// An attempt is about to be sent.

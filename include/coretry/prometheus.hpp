@@ -114,6 +114,10 @@ public:
 
   /// \name Events: each updates the metrics in the table above.
   /// @{
+  /// Every event but `attempt_started`, which it does not count.
+  observer_interest interests() const noexcept override {
+    return observer_interest::all & ~observer_interest::attempt_started;
+  }
   void on_operation_started(const operation_started_event& e) override;
   void on_attempt_finished(const attempt_finished_event& e) override;
   void on_retry_scheduled(const retry_scheduled_event& e) override;

@@ -18,6 +18,15 @@
 // reservation.hpp), the schedule's decisions and its one verdict per attempt (`begin_attempt`,
 // `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion signatures, delivery,
 // executor choice and outstanding work of retry_op.hpp.
+//
+// Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
+// `hedge_engine` holds the state and runs everything but what names the caller's handler or the
+// operation; `hedge_delivery` adds the handler and delivers the outcome (`release`'s halves);
+// `hedge_state` adds the operation, and runs it as each attempt's coroutine (`attempt`). The
+// intermediate handlers are the namespace-scope steps below, which hold the state through the
+// non-template base `hedge_steps`: Asio's handler machinery (a post, a strand's queue, a timer's
+// wait, co_spawn) is instantiated once per timer, result and strand type, not once per call site.
+// Each step costs one virtual call.
 
 #include <coretry/attempt.hpp>
 #include <coretry/cancellation.hpp>
@@ -81,64 +90,150 @@ template <class V> void move_into(std::optional<V>& to, std::optional<V>& from) 
 /// launch; after this many on one stack the next start is posted instead.
 inline constexpr unsigned max_inline_relaunch = 16;
 
-template <class Timer, class T, class Op, class Strand, class Handler, class Executor,
-          class Deliver>
-class hedge_state final : public cancellation_registration,
-                          public std::enable_shared_from_this<
-                              hedge_state<Timer, T, Op, Strand, Handler, Executor, Deliver>> {
+/// One attempt's share of the state, but for its timer (`hedge_engine::slot` adds it). Slots are
+/// reused: one returns to the free list when its co_spawn has completed (its frame and
+/// cancellation handler are gone), so the state holds as many as attempts ran at once, not one
+/// per attempt.
+struct hedge_slot {
+  /// Bound to the attempt's co_spawn; shared with its completion, because co_spawn (Asio 1.38)
+  /// may still clear its slot after the completion handler, and the state with it, is gone.
+  std::shared_ptr<asio::cancellation_signal> signal = std::make_shared<asio::cancellation_signal>();
+  gate_grant grant;       ///< reports `on_abandoned` if the state dies first
+  std::uint64_t use = 0;  ///< which attempt holds it: a late timer wait checks it
+  nanoseconds started{0}; ///< when the attempt started (with an observer)
+  unsigned number = 0;
+  hedge_cut cut = hedge_cut::none;
+  bool running = false;
+};
+
+// --- The state as its intermediate handlers see it ---------------------------------------------
+//
+// As retry_op's (retry_op.hpp): the posted start, the caller's slot handler, the posted cancel
+// and the group's notice are retry_op's own steps (`resume_step`, `slot_cancel_step`,
+// `cancel_step`, `weak_cancel_step`) through `op_steps`; the timer waits, the co_spawn
+// completion and the posted relaunch are the hedge's, through `hedge_steps`.
+
+/// The steps an intermediate handler takes on a hedge's state (`hedge_engine` implements them).
+class hedge_steps : public op_steps {
+public:
+  using hedge_ptr = std::shared_ptr<hedge_steps>;
+  /// On the strand: the deadline came.
+  virtual void deadline_due() = 0;
+  /// On the strand: the hedge timer armed as `generation` came due.
+  virtual void hedge_due(unsigned generation) = 0;
+  /// On the strand: the attempt timeout of slot `sl`, armed for its use `use`, came due.
+  virtual void attempt_timer_due(hedge_slot& sl, std::uint64_t use) = 0;
+  /// The co_spawn of the attempt in `sl` completed: its frame and slot handler are gone.
+  virtual void attempt_freed(hedge_slot& sl) = 0;
+  /// On the strand: a posted relaunch, for the failure `trigger`.
+  virtual void relaunch_due(std::error_code trigger) = 0;
+
+  // retry_op's steps for token attempts and their deadlines: a hedge has neither (its attempts
+  // are co_spawned, its timeouts are its own timers), so these are never called.
+  void time_out(std::uint64_t) final {}
+  void spawned_attempt_done(ptr, std::exception_ptr) final {}
+  void token_attempt_done(ptr) final {}
+
+protected:
+  hedge_steps() = default;
+  ~hedge_steps() = default;
+};
+
+/// The deadline timer's wait.
+struct hedge_deadline_step {
+  hedge_steps::hedge_ptr s;
+  void operator()(std::error_code ec) const {
+    if (!ec)
+      s->deadline_due();
+  }
+};
+
+/// The hedge timer's wait (the next hedge, or a paced send).
+struct hedge_timer_step {
+  hedge_steps::hedge_ptr s;
+  unsigned generation = 0;
+  void operator()(std::error_code ec) const {
+    if (!ec)
+      s->hedge_due(generation);
+  }
+};
+
+/// An attempt timer's wait.
+struct attempt_timer_step {
+  hedge_steps::hedge_ptr s;
+  hedge_slot* p = nullptr;
+  std::uint64_t use = 0;
+  void operator()(std::error_code ec) const {
+    if (!ec)
+      s->attempt_timer_due(*p, use);
+  }
+};
+
+/// An attempt's co_spawn completion (bound to the slot of the attempt's signal, which it keeps).
+struct attempt_spawned_step {
+  hedge_steps::hedge_ptr s;
+  hedge_slot* p = nullptr;
+  std::shared_ptr<asio::cancellation_signal> keep;
+  void operator()(std::exception_ptr) const { s->attempt_freed(*p); }
+};
+
+/// A relaunch posted past `max_inline_relaunch`.
+struct relaunch_step {
+  hedge_steps::hedge_ptr s;
+  std::error_code trigger;
+  void operator()() const { s->relaunch_due(trigger); }
+};
+
+/// The hedge's part that names neither the operation nor the caller's handler: everything but
+/// running an attempt (`attempt`) and delivering the outcome (`hedge_delivery`). Compiled
+/// once per timer, result and strand type, for every call site.
+template <class Timer, class T, class Strand>
+class hedge_engine : public hedge_steps,
+                     public cancellation_registration,
+                     public std::enable_shared_from_this<hedge_engine<Timer, T, Strand>> {
+protected:
   using clock = typename Timer::clock_type;
   using timer_type = typename Timer::template rebind_executor<Strand>::other;
 
 public:
-  /// One attempt's share of the state. Slots are reused: one returns to `free_slots_` when its
-  /// co_spawn has completed (its frame and cancellation handler are gone), so the state holds
-  /// as many as attempts ran at once, not one per attempt.
-  struct slot {
-    /// Bound to the attempt's co_spawn; shared with its completion, because co_spawn (Asio 1.38)
-    /// may still clear its slot after the completion handler, and this state with it, is gone.
-    std::shared_ptr<asio::cancellation_signal> signal =
-        std::make_shared<asio::cancellation_signal>();
-    gate_grant grant;                ///< reports `on_abandoned` if the state dies first
+  /// An attempt's share of the state, with its timer.
+  struct slot : hedge_slot {
     std::optional<timer_type> timer; ///< its attempt timeout
-    std::uint64_t use = 0;           ///< which attempt holds it: a late timer wait checks it
-    nanoseconds started{0};          ///< when the attempt started (with an observer)
-    unsigned number = 0;
-    hedge_cut cut = hedge_cut::none;
-    bool running = false;
   };
 
-  hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
-              hedge_options hedge, hedge_stats* stats)
-      : strand_(std::move(strand)), handler_(std::move(handler)), executor_(ex), op_(std::move(op)),
-        policy_(std::move(policy)), hedge_(std::move(hedge)), stats_(stats), hedge_timer_(strand_),
+protected:
+  hedge_engine(Strand strand, retry_policy policy, hedge_options hedge, hedge_stats* stats)
+      : strand_(std::move(strand)), policy_(std::move(policy)), hedge_(std::move(hedge)),
+        stats_(stats), hears_(heard_by(policy_)), hedge_timer_(strand_),
         origin_(make_origin<clock>(policy_, true)) {
-    // Until it completes, the operation keeps its handler's executor busy, as retry_op and
-    // Asio's composed operations do: a handler bound to another context keeps that context's
-    // run() from returning before the completion arrives.
-    handler_work_.emplace(track_work(asio::get_associated_executor(*handler_, executor_)));
-    notify = &hedge_state::notify_from_group;
+    notify = &hedge_engine::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
   }
-  ~hedge_state() { policy_.cancellation.detach(*this); }
-  hedge_state(const hedge_state&) = delete;
-  hedge_state& operator=(const hedge_state&) = delete;
+  ~hedge_engine() { policy_.cancellation.detach(*this); }
+  hedge_engine(const hedge_engine&) = delete;
+  hedge_engine& operator=(const hedge_engine&) = delete;
 
+public:
   /// The initiation's last step: the caller's slot (any type) cancels, from any thread. Always
-  /// a post: the completion clears that slot, which it must not do inside the slot's handler.
+  /// a post (`slot_cancelled`): the completion clears that slot, which it must not do inside the
+  /// slot's handler.
   template <class Slot> void connect(Slot user_slot) {
     if (!user_slot.is_connected())
       return;
-    user_slot.assign([w = this->weak_from_this()](asio::cancellation_type) {
-      if (auto s = w.lock()) {
-        s->cancel_seen_.store(true, std::memory_order_release);
-        const Strand strand = s->strand_;
-        asio::post(strand, [s = std::move(s)] { s->cancel(); });
-      }
-    });
+    user_slot.assign(slot_cancel_step{std::weak_ptr<op_steps>(this->weak_from_this())});
   }
 
-  /// Posted by the initiation.
+  /// Posted by the initiation (`resume_step`).
+  void resumed(ptr) final { start(); }
+
+  /// From the caller's slot, on any thread.
+  void slot_cancelled(ptr self) final {
+    cancel_seen_.store(true, std::memory_order_release);
+    const Strand strand = strand_;
+    asio::post(strand, cancel_step{std::move(self)});
+  }
+
   void start() {
     // The deadline and the seeded stream were fixed at the call (the constructor runs in the
     // initiation), however late this post runs.
@@ -152,7 +247,7 @@ public:
         (policy_.cancellation.can_be_cancelled() && !policy_.cancellation.attach(*this));
     if (policy_.budget)
       policy_.budget->on_request(start_);
-    if (policy_.observer)
+    if (hears(observer_interest::operation_started))
       emit(*policy_.observer, operation_started_event{policy_.label, operation_kind::hedge});
     if (cancelled) {
       finish_abort();
@@ -163,10 +258,7 @@ public:
       const nanoseconds left =
           std::max(nanoseconds::zero(), sched_->deadline() - read_clock<clock>(true));
       deadline_timer_->expires_after(std::chrono::ceil<typename timer_type::duration>(left));
-      deadline_timer_->async_wait([s = this->shared_from_this()](std::error_code ec) {
-        if (!ec)
-          s->on_deadline();
-      });
+      deadline_timer_->async_wait(hedge_deadline_step{this->shared_from_this()});
     }
     try_launch({});
   }
@@ -209,7 +301,7 @@ public:
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
-    if (policy_.observer)
+    if (hears(observer_interest::attempt_finished))
       emit(*policy_.observer,
            attempt_finished_event{
                policy_.label, sl.number, now - sl.started,
@@ -266,40 +358,11 @@ public:
     relaunch(out.error); // a retryable failure: the next attempt starts now
   }
 
-  Op& op() noexcept { return op_; }
-
-  /// The state's deleter (`initiate_hedge`). The state lives in memory from its handler's
-  /// allocator, as retry_op's does, and Asio's rule is that such memory is freed before the
-  /// handler is called. So the handler is called from here, when the last holder (an attempt's
-  /// frame or completion, a timer wait, a posted step) lets go: the state is destroyed and its
-  /// memory given back first. Uncompleted (its execution context is torn down), the handler is
-  /// destroyed uncalled with the state.
-  template <class Alloc> static void release(hedge_state* p, Alloc alloc) noexcept {
-    using traits = std::allocator_traits<Alloc>;
-    std::optional<completion> done;
-    std::optional<Strand> strand;
-    if (p->completed_) {
-      done.emplace(std::move(*p->handler_), std::move(p->result_), std::move(p->handler_work_),
-                   p->executor_);
-      strand.emplace(p->strand_);
-    }
-    traits::destroy(alloc, p);
-    traits::deallocate(alloc, p, 1);
-    if (!done)
-      return;
-    try {
-      // Through the operation's executor first: the holder that let go is still running there,
-      // and shared_ptr frees its control block (that allocator's memory too) after this returns.
-      const auto a = asio::get_associated_allocator(done->handler);
-      asio::post(*strand, asio::bind_allocator(a, std::move(*done)));
-    } catch (...) {
-      // Nothing can be posted: the handler is destroyed uncalled, as at a teardown.
-    }
-  }
+protected:
+  /// The attempt in `sl`, to be co_spawned on the strand: it ends with `attempt_done`.
+  virtual asio::awaitable<void> attempt(slot& sl) = 0;
 
 private:
-  using self_ptr = std::shared_ptr<hedge_state>;
-
   bool may_launch() const noexcept {
     return !finishing_ && stop_reason_ == errc{} && launched_ < policy_.max_attempts;
   }
@@ -311,10 +374,7 @@ private:
   void relaunch(std::error_code trigger) {
     if (relaunch_depth_ >= max_inline_relaunch) {
       relaunch_posted_ = true;
-      asio::post(strand_, [s = this->shared_from_this(), trigger] {
-        s->relaunch_posted_ = false;
-        s->relaunch(trigger);
-      });
+      asio::post(strand_, relaunch_step{this->shared_from_this(), trigger});
       return;
     }
     ++relaunch_depth_;
@@ -338,7 +398,7 @@ private:
       if (policy_.rate_limit && !token_) {
         const verdict v = sched_->pace(now, token_);
         if (v.stop) {
-          if (policy_.observer && v.stop == errc::rate_limited)
+          if (hears(observer_interest::refused) && v.stop == errc::rate_limited)
             emit(*policy_.observer, refusal_event{policy_.label, v.stop, launched_ + 1});
           stop_launching(static_cast<errc>(v.stop.value()));
           return;
@@ -386,7 +446,7 @@ private:
     if (launched_ > 0 && policy_.budget) {
       if (!policy_.budget->try_retry(now)) {
         token_.returned();
-        if (policy_.observer)
+        if (hears(observer_interest::refused))
           emit(*policy_.observer,
                refusal_event{policy_.label, errc::budget_exhausted, launched_ + 1});
         stop_launching(errc::budget_exhausted);
@@ -410,7 +470,7 @@ private:
       }
       // A refusal is an overload control's (the gate, or the budget asked again after a wait
       // for the gate); a deadline reached before the attempt could start is not one.
-      if (policy_.observer && why != errc::deadline_exceeded)
+      if (hears(observer_interest::refused) && why != errc::deadline_exceeded)
         emit(*policy_.observer, refusal_event{policy_.label, why, launched_ + 1});
       stop_launching(static_cast<errc>(why.value()));
       return false;
@@ -437,12 +497,11 @@ private:
         return false;
       }
     }
-    if (policy_.observer) {
-      sl.started = now;
-      if (launched_ > 1)
-        emit(*policy_.observer, hedge_started_event{policy_.label, launched_, in_flight_, trigger});
+    sl.started = now;
+    if (launched_ > 1 && hears(observer_interest::hedge_started))
+      emit(*policy_.observer, hedge_started_event{policy_.label, launched_, in_flight_, trigger});
+    if (hears(observer_interest::attempt_started))
       emit(*policy_.observer, attempt_started_event{policy_.label, launched_});
-    }
     // retry_op's rule: a cancellation that arrived from a hook called above (`on_hedge`, the
     // observer's `attempt_started`, the gate) is still on its way through the strand's queue,
     // but the attempt is not sent. It ends abandoned, its grant, send token and budget charge
@@ -451,7 +510,7 @@ private:
       unlaunch(sl, now);
       if (stats_)
         ++stats_->abandoned; // as the observer hears it
-      if (policy_.observer)
+      if (hears(observer_interest::attempt_finished))
         emit(*policy_.observer, attempt_finished_event{policy_.label,
                                                        sl.number,
                                                        nanoseconds{0},
@@ -470,11 +529,7 @@ private:
         sl.timer.emplace(strand_);
       sl.timer->expires_after(
           std::chrono::ceil<typename timer_type::duration>(policy_.attempt_timeout));
-      sl.timer->async_wait(
-          [s = this->shared_from_this(), p = &sl, use = sl.use](std::error_code ec) {
-            if (!ec && p->use == use && p->running && p->cut == hedge_cut::none)
-              s->cut_one(*p, hedge_cut::timeout);
-          });
+      sl.timer->async_wait(attempt_timer_step{this->shared_from_this(), &sl, sl.use});
     }
     // Armed before the attempt runs: one that ends at once, inline, cancels it on completion.
     if (hedge_.delay != nanoseconds::zero() && hedge_.delay != unlimited &&
@@ -482,10 +537,9 @@ private:
       arm_hedge_timer(hedge_.delay);
     // co_spawn dispatches: the attempt runs here until it first suspends, and may end here.
     asio::co_spawn(
-        strand_, run_attempt(this->shared_from_this(), &sl),
-        asio::bind_cancellation_slot(sl.signal->slot(),
-                                     [s = this->shared_from_this(), p = &sl, keep = sl.signal](
-                                         std::exception_ptr) { s->free_slots_.push_back(p); }));
+        strand_, attempt(sl),
+        asio::bind_cancellation_slot(
+            sl.signal->slot(), attempt_spawned_step{this->shared_from_this(), &sl, sl.signal}));
     return true;
   }
 
@@ -500,37 +554,24 @@ private:
     free_slots_.push_back(&sl);
   }
 
-  static asio::awaitable<void> run_attempt(self_ptr s, slot* sl) {
-    using shape = attempt_shape<Op>; // attempt_shape.hpp
-    hedge_outcome<T> out;
-    attempt_context ctx(sl->number);
-    try {
-      if constexpr (shape::awaits_void) {
-        co_await shape::start(s->op(), ctx);
-        out.value.emplace();
-      } else {
-        shape::take(out, co_await shape::await_outcome(s->op(), ctx));
-      }
-    } catch (...) {
-      take_current_exception(out);
-    }
-    out.http_status = ctx.http_status();
-    out.http_method = ctx.http_method();
-    out.retry_after = ctx.retry_after();
-    out.health_code = ctx.health_code();
-    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
-    // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
-    co_await asio::this_coro::throw_if_cancelled(false);
-    s->attempt_done(*sl, std::move(out));
-  }
-
   void arm_hedge_timer(nanoseconds d) {
     hedge_timer_.expires_after(std::chrono::ceil<typename timer_type::duration>(d));
-    hedge_timer_.async_wait(
-        [s = this->shared_from_this(), g = ++hedge_generation_](std::error_code ec) {
-          if (!ec && g == s->hedge_generation_)
-            s->on_hedge_timer();
-        });
+    hedge_timer_.async_wait(hedge_timer_step{this->shared_from_this(), ++hedge_generation_});
+  }
+
+  void deadline_due() final { on_deadline(); }
+  void hedge_due(unsigned generation) final {
+    if (generation == hedge_generation_)
+      on_hedge_timer();
+  }
+  void attempt_timer_due(hedge_slot& sl, std::uint64_t use) final {
+    if (sl.use == use && sl.running && sl.cut == hedge_cut::none)
+      cut_one(sl, hedge_cut::timeout);
+  }
+  void attempt_freed(hedge_slot& sl) final { free_slots_.push_back(static_cast<slot*>(&sl)); }
+  void relaunch_due(std::error_code trigger) final {
+    relaunch_posted_ = false;
+    relaunch(trigger);
   }
 
   void on_hedge_timer() {
@@ -608,7 +649,7 @@ private:
     maybe_complete();
   }
 
-  void cut_one(slot& sl, hedge_cut why) {
+  void cut_one(hedge_slot& sl, hedge_cut why) {
     sl.cut = why;
     sl.signal->emit(asio::cancellation_type::terminal);
   }
@@ -620,7 +661,8 @@ private:
         running.push_back(sl.get());
     for (slot* sl : running) {
       sl->cut = why;
-      if (policy_.observer && (why == hedge_cut::lost || why == hedge_cut::deadline))
+      if (hears(observer_interest::hedge_abandoned) &&
+          (why == hedge_cut::lost || why == hedge_cut::deadline))
         emit(*policy_.observer, hedge_abandoned_event{policy_.label, sl->number});
     }
     for (slot* sl : running)
@@ -628,7 +670,8 @@ private:
         sl->signal->emit(asio::cancellation_type::terminal);
   }
 
-  void cancel() {
+  /// On the strand: the caller's slot or the group cancelled (`cancel_step`, `weak_cancel_step`).
+  void cancel() final {
     if (!started_) {
       cancel_requested_ = true;
       return;
@@ -648,7 +691,7 @@ private:
     policy_.cancellation.detach(*this);
     if (stats_)
       stats_->elapsed = read_clock<clock>(true) - start_;
-    if (policy_.observer)
+    if (hears(observer_interest::operation_finished))
       emit(*policy_.observer,
            operation_finished_event{policy_.label, operation_kind::hedge, launched_,
                                     read_clock<clock>(true) - start_, nanoseconds{0},
@@ -661,51 +704,19 @@ private:
   // a notice never keeps the state (and its strand) alive past its execution context; the
   // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
-    auto& self = static_cast<hedge_state&>(r);
+    auto& self = static_cast<hedge_engine&>(r);
     self.cancel_seen_.store(true, std::memory_order_release);
-    asio::post(self.strand_, [w = self.weak_from_this()] {
-      if (auto s = w.lock())
-        s->cancel();
-    });
+    asio::post(self.strand_, weak_cancel_step{std::weak_ptr<op_steps>(self.weak_from_this())});
   }
 
-  using handler_work_type = work_t<asio::associated_executor_t<Handler, Executor>>;
-
-  /// What `release` hands on to the handler's executor once the state is gone.
-  struct completion {
-    Handler handler;
-    loop_result<T> result;
-    std::optional<handler_work_type> work;
-    Executor io_executor;
-
-    completion(Handler h, loop_result<T> r, std::optional<handler_work_type> w, const Executor& e)
-        : handler(std::move(h)), result(std::move(r)), work(std::move(w)), io_executor(e) {}
-
-    void operator()() {
-      auto ex = asio::get_associated_executor(handler, io_executor);
-      const auto a = asio::get_associated_allocator(handler);
-      [[maybe_unused]] auto held = std::move(work); // released after the dispatch
-      // The caller's slot is cleared on the handler's executor, where the caller emits into
-      // it, as retry_op does: clearing it on the operation's would race with an emit on the
-      // caller's thread.
-      asio::dispatch(
-          ex, asio::bind_allocator(a, [h = std::move(handler), r = std::move(result)]() mutable {
-            auto user_slot = asio::get_associated_cancellation_slot(h);
-            if (user_slot.is_connected())
-              user_slot.clear();
-            Deliver::template deliver<T>(h, r);
-          }));
-    }
-  };
+protected:
+  bool hears(observer_interest e) const noexcept { return listens(hears_, e); }
 
   Strand strand_;
-  std::optional<Handler> handler_;
-  std::optional<handler_work_type> handler_work_; ///< released when the handler is called
-  Executor executor_;
-  Op op_;
   retry_policy policy_;
   hedge_options hedge_;
   hedge_stats* stats_;
+  observer_interest hears_;       ///< asked of the observer once
   std::optional<schedule> sched_; ///< refers to `policy_`
   timer_type hedge_timer_;        ///< the next hedge, or the send token of a paced one
   std::optional<timer_type> deadline_timer_;
@@ -734,6 +745,149 @@ private:
   /// `launch` sends no attempt once it is set.
   std::atomic<bool> cancel_seen_{false};
   bool relaunch_posted_ = false; ///< a relaunch() is on its way through the strand's queue
+};
+
+/// The hedge's part that names the caller's handler but not the operation: it delivers the
+/// outcome (`release` calls `take_completion` and `post_completion`). Every call site with the
+/// same handler type (each `hedge_async` for one result type, say) shares it.
+template <class Timer, class T, class Strand, class Handler, class Executor, class Deliver>
+class hedge_delivery : public hedge_engine<Timer, T, Strand> {
+  using engine = hedge_engine<Timer, T, Strand>;
+
+protected:
+  hedge_delivery(Strand strand, Handler handler, const Executor& ex, retry_policy policy,
+                 hedge_options hedge, hedge_stats* stats)
+      : engine(std::move(strand), std::move(policy), std::move(hedge), stats),
+        handler_(std::move(handler)), executor_(ex) {
+    // Until it completes, the operation keeps its handler's executor busy, as retry_op and
+    // Asio's composed operations do: a handler bound to another context keeps that context's
+    // run() from returning before the completion arrives.
+    handler_work_.emplace(track_work(asio::get_associated_executor(*handler_, executor_)));
+  }
+  ~hedge_delivery() = default;
+
+  using handler_work_type = work_t<asio::associated_executor_t<Handler, Executor>>;
+
+  /// What `release` hands on to the handler's executor once the state is gone.
+  struct completion {
+    Handler handler;
+    loop_result<T> result;
+    std::optional<handler_work_type> work;
+    Executor io_executor;
+
+    completion(Handler h, loop_result<T> r, std::optional<handler_work_type> w, const Executor& e)
+        : handler(std::move(h)), result(std::move(r)), work(std::move(w)), io_executor(e) {}
+
+    void operator()() {
+      auto ex = asio::get_associated_executor(handler, io_executor);
+      const auto a = asio::get_associated_allocator(handler);
+      [[maybe_unused]] auto held = std::move(work); // released after the dispatch
+      // deliver_step clears the caller's slot on the handler's executor, where the caller emits
+      // into it, as retry_op does: clearing it on the operation's would race with an emit on the
+      // caller's thread.
+      asio::dispatch(ex, allocated(a, deliver_step<Handler, T, Deliver>{std::move(handler),
+                                                                        std::move(result)}));
+    }
+  };
+  /// `release`'s first half, before the state is destroyed: a completed operation's handler, its
+  /// outcome and the strand to post them through.
+  void take_completion(std::optional<completion>& done, std::optional<Strand>& strand) {
+    if (this->completed_) {
+      done.emplace(std::move(*handler_), std::move(this->result_), std::move(handler_work_),
+                   executor_);
+      strand.emplace(this->strand_);
+    }
+  }
+
+  /// `release`'s second half, once the state's memory is given back.
+  static void post_completion(std::optional<completion>& done,
+                              std::optional<Strand>& strand) noexcept {
+    if (!done)
+      return;
+    try {
+      // Through the operation's executor first: the holder that let go is still running there,
+      // and shared_ptr frees its control block (that allocator's memory too) after this returns.
+      const auto a = asio::get_associated_allocator(done->handler);
+      asio::post(*strand, allocated(a, std::move(*done)));
+    } catch (...) {
+      // Nothing can be posted: the handler is destroyed uncalled, as at a teardown.
+    }
+  }
+
+  std::optional<Handler> handler_;
+  std::optional<handler_work_type> handler_work_; ///< released when the handler is called
+  Executor executor_;
+};
+
+/// One hedged operation: the engine and the delivery with the operation `Op`, which it runs for
+/// each attempt (`attempt`).
+template <class Timer, class T, class Op, class Strand, class Handler, class Executor,
+          class Deliver>
+class hedge_state final : public hedge_delivery<Timer, T, Strand, Handler, Executor, Deliver> {
+  using delivery = hedge_delivery<Timer, T, Strand, Handler, Executor, Deliver>;
+  using typename delivery::completion;
+  using typename delivery::slot;
+
+public:
+  hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
+              hedge_options hedge, hedge_stats* stats)
+      : delivery(std::move(strand), std::move(handler), ex, std::move(policy), std::move(hedge),
+                 stats),
+        op_(std::move(op)) {}
+  // Unlinked from the group before anything of the state dies, as when it was one class: a
+  // notice running now has returned once this returns (the engine's destructor detaches again,
+  // which does nothing then). Since the split, the operation and the handler (uncalled, at a
+  // teardown) die before the engine's members (the slots and their grants, the timers, the
+  // policy) rather than after them; none of those refers to the operation or the handler.
+  ~hedge_state() { this->policy_.cancellation.detach(*this); }
+
+  /// The state's deleter (`initiate_hedge`). The state lives in memory from its handler's
+  /// allocator, as retry_op's does, and Asio's rule is that such memory is freed before the
+  /// handler is called. So the handler is called from here, when the last holder (an attempt's
+  /// frame or completion, a timer wait, a posted step) lets go: the state is destroyed and its
+  /// memory given back first. Uncompleted (its execution context is torn down), the handler is
+  /// destroyed uncalled with the state.
+  template <class Alloc> static void release(hedge_state* p, Alloc alloc) noexcept {
+    using traits = std::allocator_traits<Alloc>;
+    std::optional<completion> done;
+    std::optional<Strand> strand;
+    p->take_completion(done, strand);
+    traits::destroy(alloc, p);
+    traits::deallocate(alloc, p, 1);
+    delivery::post_completion(done, strand);
+  }
+
+private:
+  using self_ptr = std::shared_ptr<hedge_state>;
+
+  asio::awaitable<void> attempt(slot& sl) override {
+    return run_attempt(std::static_pointer_cast<hedge_state>(this->shared_from_this()), &sl);
+  }
+
+  static asio::awaitable<void> run_attempt(self_ptr s, slot* sl) {
+    using shape = attempt_shape<Op>; // attempt_shape.hpp
+    hedge_outcome<T> out;
+    attempt_context ctx(sl->number);
+    try {
+      if constexpr (shape::awaits_void) {
+        co_await shape::start(s->op_, ctx);
+        out.value.emplace();
+      } else {
+        shape::take(out, co_await shape::await_outcome(s->op_, ctx));
+      }
+    } catch (...) {
+      take_current_exception(out);
+    }
+    out.http_status = ctx.http_status();
+    out.http_method = ctx.http_method();
+    out.retry_after = ctx.retry_after();
+    out.health_code = ctx.health_code();
+    // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+    // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
+    co_await asio::this_coro::throw_if_cancelled(false);
+    s->attempt_done(*sl, std::move(out));
+  }
+  Op op_;
 };
 
 template <class Timer, class T, class Deliver> struct initiate_hedge {
@@ -772,7 +926,7 @@ template <class Timer, class T, class Deliver> struct initiate_hedge {
           raw, [alloc](state_type* p) noexcept { state_type::release(p, alloc); }, alloc);
       s->connect(user_slot);
       // Never inline: even an operation that ends before its first attempt completes later.
-      asio::post(exec, [s = std::move(s)] { s->start(); });
+      asio::post(exec, resume_step<std::allocator<void>>{std::move(s), {}});
     };
     // retry_op's choice (initiate_retry): no strand on a context that runs one thread only. A
     // hedge has more than one thing pending at once (its attempts, its timers), so it takes a

@@ -67,7 +67,13 @@ inline bool needs_control(const retry_policy& p, bool caller_slot) noexcept {
 /// Whether the loop reads the clock at all: a call that succeeds at once should cost little
 /// more than awaiting the operation.
 inline bool needs_clock(const retry_policy& p, bool stats) noexcept {
-  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit || p.observer;
+  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit ||
+         (p.observer && p.observer->interests() != observer_interest::none);
+}
+
+/// The events an operation run with `p` builds for its observer: none without one.
+inline observer_interest heard_by(const retry_policy& p) noexcept {
+  return p.observer ? p.observer->interests() : observer_interest::none;
 }
 
 // --- The loop --------------------------------------------------------------------------------
@@ -140,8 +146,8 @@ template <class Clock, class T> class loop_core {
 public:
   /// `p` must outlive the core (the operation's copy, or its `shared_policy`).
   loop_core(const retry_policy& p, retry_stats* stats, op_origin origin)
-      : policy_(p), stats_(stats), clocked_(needs_clock(p, stats != nullptr)), start_(origin.start),
-        sched_(p, std::move(origin), &clock_now<Clock>) {
+      : policy_(p), stats_(stats), hears_(heard_by(p)), clocked_(needs_clock(p, stats != nullptr)),
+        start_(origin.start), sched_(p, std::move(origin), &clock_now<Clock>) {
     if (stats_)
       *stats_ = retry_stats{};
   }
@@ -162,7 +168,7 @@ public:
   void started() {
     if (policy_.budget)
       policy_.budget->on_request(start_);
-    if (policy_.observer)
+    if (hears(observer_interest::operation_started))
       emit(*policy_.observer, operation_started_event{policy_.label, operation_kind::retry});
   }
 
@@ -183,7 +189,7 @@ public:
     if (policy_.rate_limit && !token_) {
       v_ = sched_.pace(attempt_start_, token_);
       if (v_.stop) {
-        if (policy_.observer && v_.stop == errc::rate_limited)
+        if (hears(observer_interest::refused) && v_.stop == errc::rate_limited)
           emit(*policy_.observer, refusal_event{policy_.label, v_.stop, sched_.attempts() + 1});
         exit::fail(result_, stats_, v_.stop, v_.report);
         return next_step::done;
@@ -197,7 +203,7 @@ public:
         if (v_.stop) {
           // A refusal is an overload control's (the gate, or the budget asked again after a
           // wait for the gate); a deadline reached before the attempt could start is not one.
-          if (policy_.observer && why != errc::deadline_exceeded)
+          if (hears(observer_interest::refused) && why != errc::deadline_exceeded)
             emit(*policy_.observer, refusal_event{policy_.label, why, sched_.attempts() + 1});
           exit::fail(result_, stats_, v_.stop, v_.report);
           return next_step::done;
@@ -213,7 +219,7 @@ public:
       stats_->attempts = sched_.attempts();
     ctx_ = attempt_context(sched_.attempts());
     result_.value.reset();
-    if (policy_.observer)
+    if (hears(observer_interest::attempt_started))
       emit(*policy_.observer, attempt_started_event{policy_.label, sched_.attempts()});
     return next_step::attempt;
   }
@@ -251,7 +257,7 @@ public:
       result_.exception = std::move(thrown);
     if (policy_.breaker || policy_.rate_limit || policy_.budget)
       sched_.report(verdict_of, grant_, read_clock<Clock>(clocked_));
-    if (policy_.observer)
+    if (hears(observer_interest::attempt_finished))
       emit(*policy_.observer,
            attempt_finished_event{
                policy_.label, sched_.attempts(), read_clock<Clock>(clocked_) - attempt_start_,
@@ -298,12 +304,12 @@ public:
       exit::thrown(result_, stats_, std::current_exception());
       return next_step::done;
     }
-    if (policy_.observer) {
-      if (!v_.stop)
+    if (!v_.stop) {
+      if (hears(observer_interest::retry_scheduled))
         emit(*policy_.observer, retry_scheduled_event{policy_.label, sched_.attempts(),
                                                       result_.error, v_.delay, ctx_.retry_after()});
-      else if (v_.stop == errc::budget_exhausted)
-        emit(*policy_.observer, refusal_event{policy_.label, v_.stop, sched_.attempts() + 1});
+    } else if (v_.stop == errc::budget_exhausted && hears(observer_interest::refused)) {
+      emit(*policy_.observer, refusal_event{policy_.label, v_.stop, sched_.attempts() + 1});
     }
     if (v_.stop) {
       exit::fail(result_, stats_, v_.stop, v_.report);
@@ -341,7 +347,7 @@ public:
     surface_exception(result_, last_exception_); // the awaitable front ends rethrow it
     if (stats_)
       stats_->elapsed = read_clock<Clock>(clocked_) - start_;
-    if (policy_.observer)
+    if (hears(observer_interest::operation_finished))
       emit(*policy_.observer,
            operation_finished_event{policy_.label, operation_kind::retry, sched_.attempts(),
                                     read_clock<Clock>(clocked_) - start_, slept_, result_.reason,
@@ -349,6 +355,8 @@ public:
   }
 
 private:
+  bool hears(observer_interest e) const noexcept { return listens(hears_, e); }
+
   next_step sleep() noexcept {
     slept_ += v_.delay;
     if (stats_)
@@ -358,6 +366,7 @@ private:
 
   const retry_policy& policy_;
   retry_stats* stats_;
+  observer_interest hears_; ///< asked of the observer once
   bool clocked_;
   bool by_deadline_ = false; ///< the running attempt's limit is the deadline
   nanoseconds start_;        ///< read at the call

@@ -296,8 +296,8 @@ protected:
   ~op_frame() = default;
 
   Exec exec_;
-  std::unique_ptr<asio::cancellation_signal> signal_; ///< controlled: bound to each attempt
-  std::atomic<std::uint64_t> claimed_seq_{0};         ///< the last token attempt ended
+  asio::cancellation_signal* signal_ = nullptr; ///< controlled: bound to each attempt
+  std::atomic<std::uint64_t> claimed_seq_{0};   ///< the last token attempt ended
 };
 
 /// The handler of a sleep, and of the posted start: the state and the handler's allocator
@@ -456,8 +456,6 @@ template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>
 template <class Timer, class T, class Policy, class Exec, class Alloc>
 class retry_engine
     : public op_frame<Exec, T>,
-      public cancellation_registration,
-      public deadline_entry<typename Timer::time_point>, ///< a timed attempt's
       public std::enable_shared_from_this<retry_engine<Timer, T, Policy, Exec, Alloc>> {
 protected:
   using clock = typename Timer::clock_type;
@@ -466,6 +464,23 @@ protected:
   using queue_type =
       deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
   using self_ptr = std::shared_ptr<retry_engine>;
+  /// What only a controlled operation needs, in one block made with the state: the attempt's
+  /// cancellation signal, the link into a group source and the entry in the deadline queue. An
+  /// operation nothing can cancel goes without (about 130 bytes less), which keeps a typical
+  /// state within the sizes malloc serves from its per-thread cache.
+  struct control final : cancellation_registration, queue_type::entry {
+    explicit control(retry_engine& o) noexcept : owner(o) {}
+    retry_engine& owner;
+    asio::cancellation_signal signal;
+    queue_type* deadlines = nullptr; ///< found at the first timed attempt
+    std::uint64_t generation = 0;    ///< of the timed attempt in flight
+  };
+  static retry_engine& owner_of(cancellation_registration& r) noexcept {
+    return static_cast<control&>(r).owner;
+  }
+  static retry_engine& owner_of(typename queue_type::entry& e) noexcept {
+    return static_cast<control&>(e).owner;
+  }
   /// The handler's associated allocator, which every intermediate handler carries (a copy each,
   /// never a reference into the state: Asio may ask a handler for it after the state is gone).
   using allocator_type = Alloc;
@@ -486,19 +501,22 @@ protected:
         core_(policy_of(policy_), stats, std::move(origin)) {
     if (controlled) {
       const retry_policy& p = policy_of(policy_);
-      signal_ = std::make_unique<asio::cancellation_signal>();
+      ctl_ = std::make_unique<control>(*this);
+      signal_ = &ctl_->signal;
       timed_ = p.deadline != unlimited || p.attempt_timeout != unlimited;
-      this->claim = &retry_engine::claim_deadline;
-      this->fire = &retry_engine::fire_deadline;
-      notify = &retry_engine::notify_from_group;
-      batched = &batch_ops;
-      context = static_cast<const asio::execution_context*>(
+      ctl_->claim = &retry_engine::claim_deadline;
+      ctl_->fire = &retry_engine::fire_deadline;
+      ctl_->notify = &retry_engine::notify_from_group;
+      ctl_->batched = &batch_ops;
+      ctl_->context = static_cast<const asio::execution_context*>(
           &asio::query(inner_executor(exec_), asio::execution::context));
     }
   }
   ~retry_engine() {
-    queue_type::forget(*this);
-    policy_of(policy_).cancellation.detach(*this);
+    if (ctl_) {
+      queue_type::forget(*ctl_);
+      policy_of(policy_).cancellation.detach(*ctl_);
+    }
   }
 
   /// Sends the attempt the loop decided on (`in_attempt_` is set); ends it with `attempt_done`.
@@ -580,7 +598,7 @@ protected:
     const retry_policy& p = policy_of(policy_);
     if (signal_) {
       armed_ = true;
-      if (!cancelled_ && p.cancellation.can_be_cancelled() && !p.cancellation.attach(*this))
+      if (!cancelled_ && p.cancellation.can_be_cancelled() && !p.cancellation.attach(*ctl_))
         cancelled_ = true;
     }
     core_.started();
@@ -647,9 +665,11 @@ protected:
   /// the initiation: see `complete_now`).
   void finish(self_ptr self) {
     armed_ = false;
-    policy_of(policy_).cancellation.detach(*this);
-    if (deadlines_)
-      deadlines_->remove(*this);
+    if (ctl_) {
+      policy_of(policy_).cancellation.detach(*ctl_);
+      if (ctl_->deadlines)
+        ctl_->deadlines->remove(*ctl_);
+    }
     core_.finish();
     deliver(std::move(self));
   }
@@ -660,13 +680,14 @@ protected:
   // hops onto `Exec`.
 
   void start_attempt(nanoseconds limit) {
-    if (!deadlines_)
-      deadlines_ = &queue_type::of(inner_executor(exec_));
+    control& c = *ctl_;
+    if (!c.deadlines)
+      c.deadlines = &queue_type::of(inner_executor(exec_));
     timed_out_ = false;
-    deadlines_->push(*this, due_after(limit), ++generation_);
+    c.deadlines->push(c, due_after(limit), ++c.generation);
   }
   bool end_attempt() {
-    deadlines_->remove(*this);
+    ctl_->deadlines->remove(*ctl_);
     return timed_out_ && !cancelled_;
   }
   typename queue_type::time_point due_after(nanoseconds limit) const {
@@ -676,16 +697,16 @@ protected:
     return left >= qclock::time_point::max() - now ? qclock::time_point::max() : now + left;
   }
   static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
-    return std::static_pointer_cast<void>(static_cast<retry_engine&>(e).weak_from_this().lock());
+    return std::static_pointer_cast<void>(owner_of(e).weak_from_this().lock());
   }
   static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
-    auto& self = static_cast<retry_engine&>(e);
+    retry_engine& self = owner_of(e);
     const Exec ex = self.exec_;
     asio::dispatch(ex, allocated(self.alloc_, time_out_step{self.shared_from_this(), g}));
   }
   void time_out(std::uint64_t g) override {
     assert(on_exec());
-    if (armed_ && in_attempt_ && generation_ == g && !cancelled_) {
+    if (armed_ && in_attempt_ && ctl_->generation == g && !cancelled_) {
       timed_out_ = true;
       signal_->emit(asio::cancellation_type::terminal);
     }
@@ -720,7 +741,7 @@ protected:
   // a notice never keeps the state (and its strand) alive past its execution context; the
   // state's destructor waits in `detach` until this has returned.
   static void notify_from_group(cancellation_registration& r) noexcept {
-    auto& self = static_cast<retry_engine&>(r);
+    retry_engine& self = owner_of(r);
     const Exec ex = self.exec_;
     asio::post(ex, allocated(self.alloc_, weak_cancel_step{self.weak_from_this()}));
   }
@@ -729,13 +750,17 @@ protected:
   // operation from that context's own thread: inline on a one-thread context, else through the
   // operation's strand (inline when the strand is idle).
   static void post_batch(cancellation_registration& r, cancellation_batch batch) noexcept {
-    asio::post(inner_executor(static_cast<retry_engine&>(r).exec_), std::move(batch));
+    asio::post(inner_executor(owner_of(r).exec_), std::move(batch));
   }
+  // The link is the control block's, which lives as long as the state: a handle to it shares
+  // the state's ownership (empty when the state is already dying; its destructor unlinks it).
   static std::weak_ptr<cancellation_registration> handle(cancellation_registration& r) noexcept {
-    return static_cast<retry_engine&>(r).weak_from_this();
+    if (self_ptr s = owner_of(r).weak_from_this().lock())
+      return std::shared_ptr<cancellation_registration>(std::move(s), &r);
+    return {};
   }
   static void notify_here(cancellation_registration& r) noexcept {
-    auto& self = static_cast<retry_engine&>(r);
+    retry_engine& self = owner_of(r);
     if constexpr (!is_strand<Exec>::value) {
       self.cancel(); // on the one thread of the operation's context, the state pinned
     } else {
@@ -749,8 +774,7 @@ protected:
   Policy policy_;
   loop_core<clock, T> core_;        ///< refers to `policy_`
   std::optional<timer_type> timer_; ///< the sleep timer, made at the first sleep
-  queue_type* deadlines_ = nullptr; ///< found at the first timed attempt
-  std::uint64_t generation_ = 0;    ///< of the timed attempt in flight
+  std::unique_ptr<control> ctl_;    ///< controlled only
   std::uint64_t attempt_seq_ = 0;   ///< of the token attempt in flight
   bool running_ = false;
   bool timed_ = false;
