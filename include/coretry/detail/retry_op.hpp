@@ -631,11 +631,14 @@ protected:
       if (!timer_)
         timer_.emplace(exec_);
       timer_->expires_after(std::chrono::ceil<typename clock::duration>(d));
-      // Not bound to any slot: a cancellation cancels the timer itself (`cancel`).
-      timer_->async_wait(resumption(self));
+      // Not bound to any slot: a cancellation cancels the timer itself (`cancel`). Marked
+      // before the wait: on a context run by several threads, an uncontrolled operation's wait
+      // may complete (and clear the mark) on another thread before `async_wait` returns here.
       sleeping_ = true;
+      timer_->async_wait(resumption(self));
       return;
     } catch (...) {
+      sleeping_ = false;
       core_.thrown(std::current_exception());
     }
     finish(std::move(self)); // outside the handler block (see guarded_initiation)
