@@ -200,7 +200,7 @@ template <class E> using work_t = decltype(track_work(std::declval<const E&>()))
 
 // --- The state as its intermediate handlers see it ---------------------------------------------
 //
-// The operation's own handlers (its posted start, if posted, and its sleeps, the dispatched cancel and
+// The operation's own handlers (its start when posted, its sleeps, the dispatched cancel and
 // time-out, a token attempt's handler, a spawned attempt's completion) hold the state through
 // `op_steps` or `op_frame`, bases that name neither the operation nor the caller's handler. Asio
 // instantiates its handler machinery (a post, a strand's queue, a timer's wait, co_spawn) once
