@@ -211,10 +211,10 @@ class CORETRY_API retry_observer {
 public:
   virtual ~retry_observer();
   /// The events this observer listens to: `observer_interest::all` by default. An operation asks
-  /// once, when it is made (and `observe_breaker` at each transition), and neither builds nor
-  /// delivers an event outside them; an observer that listens to none costs an operation that
-  /// one call. Must not throw (it is `noexcept`); say the same set for as long as operations use
-  /// the observer.
+  /// when it is made, not per event (and `observe_breaker` at each transition), and neither
+  /// builds nor delivers an event outside them; an observer that listens to none costs an
+  /// operation a few calls of this and no clock read. Must not throw (it is `noexcept`); say the
+  /// same set for as long as operations use the observer.
   virtual observer_interest interests() const noexcept { return observer_interest::all; }
   /// An operation started.
   virtual void on_operation_started(const operation_started_event&) {}
