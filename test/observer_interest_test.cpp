@@ -66,7 +66,10 @@ int run_retry(const std::shared_ptr<picky_observer>& o, bool composed) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        value = co_await coretry::retry_async<manual_timer>(fails_twice{}, p);
+        // Named, not braced inside the co_await: g++ 12 destroys such a temporary twice
+        // (docs/core.md, "g++ 12").
+        const fails_twice op;
+        value = co_await coretry::retry_async<manual_timer>(op, p);
       },
       asio::detached);
   manual_clock::reset();
