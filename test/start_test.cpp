@@ -191,8 +191,8 @@ TEST_CASE("what the caller's handler throws leaves run() when an attempt complet
       else
         coretry::async_retry(io.get_executor(), op, quick_policy(), handler);
       CHECK_THROWS_WITH_AS(io.run(), "from the caller's handler", std::runtime_error);
-    CHECK(handled == 1);
-    CHECK(*op.calls == failures + 1);
+      CHECK(handled == 1);
+      CHECK(*op.calls == failures + 1);
       io.restart();
       CHECK(io.run() == 0);
       CHECK(handled == 1);
