@@ -154,6 +154,44 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     p.max_attempts = 1;
   if (p.observer && p.label.empty())
     p.label = endpoint_label(st->req.url);
+  p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
+    if (user) {
+      if (e.error == coretry::errc::result_rejected && st->last_status != 0) {
+        coretry::retry_event with_status = e;
+        with_status.error = make_http_status_error(st->last_status);
+        user(with_status);
+      } else {
+        user(e);
+      }
+    }
+    st->sleep();
+  };
+  if (p.classify) {
+    // The caller's classifier decides (`curl::classify` is the default one, to extend). The
+    // rules' limits per kind of failure hold all the same, counted once per attempt it
+    // retries, as below; with a breaker, the response it rejects is kept for
+    // `circuit_open_error`.
+    p.classify = [user = std::move(p.classify), st,
+                  keep = p.breaker != nullptr](const coretry::attempt_result& r) {
+      coretry::attempt_decision d = user(r);
+      if (!d.retry)
+        return d;
+      if (r.error()) {
+        const auto kind = failure_kind_of(
+            r.error(), r.error() == st->last_error ? std::string_view(st->last_detail) : "");
+        if (kind && st->counts.exhausted(*kind, st->rules))
+          d.retry = false;
+      } else if (const response* res = r.value<response>()) {
+        if (coretry::http::is_retryable_status(res->status, st->rules) &&
+            !st->counts.record(coretry::http::failure_kind::status, st->rules))
+          d.retry = false;
+        else if (keep)
+          st->last_rejected = *res;
+      }
+      return d;
+    };
+    return p;
+  }
   // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
   // is final, whatever decides the rest. The kind of the last attempt's error is read with its
   // libcurl account (a timeout while connecting or after sending).
@@ -178,18 +216,6 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     if (ec == coretry::errc::result_rejected && coretry::http::is_pushback_status(st->last_status))
       return true;
     return user && user(ec);
-  };
-  p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
-    if (user) {
-      if (e.error == coretry::errc::result_rejected && st->last_status != 0) {
-        coretry::retry_event with_status = e;
-        with_status.error = make_http_status_error(st->last_status);
-        user(with_status);
-      } else {
-        user(e);
-      }
-    }
-    st->sleep();
   };
   // The caller's result filter, when set, replaces the status classification (as `retry_if`
   // replaces `is_retryable`); one on another type than `response` is refused at the call by the

@@ -277,27 +277,28 @@ public:
       out.error = errc::deadline_exceeded;
       out.exception = nullptr;
     }
-    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
-    std::exception_ptr retried = judge_exception(policy_, out);
     const bool abandoned = sl.cut == hedge_cut::lost;
     // retry_op's rule (loop_core::ended): a cancellation that came while the attempt ran (from
     // the attempt itself, say, still on its way through the strand's queue) wins over whatever
     // the attempt reported: the attempt is abandoned, and a failure ends the operation.
     const bool cancelled =
         cancel_seen_.load(std::memory_order_acquire) || policy_.cancellation.cancelled();
-    if (!abandoned && !out.exception && !out.error && policy_.result_filter) {
-      try {
-        if (policy_.result_filter->call(&*out.value))
-          out.error = errc::result_rejected;
-      } catch (...) {
-        out.exception = std::current_exception();
-      }
+    const bool timer_cut = sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline;
+    // The policy's judgement, as the retry loop's (retry_loop.hpp): a rejected value or a
+    // retried exception is this attempt's failure.
+    std::exception_ptr retried;
+    std::optional<attempt_decision> decided;
+    if (abandoned) {
+      retried = judge_exception(policy_, out); // as 0.2: no result filter for a lost copy
+    } else {
+      decided = judge_outcome(policy_, out, sl.number, !timer_cut && !cancelled, out.retry_after,
+                              out.health_code, retried);
     }
     // The one verdict on this attempt, for every listener and for the decision below.
     std::exception_ptr thrown;
-    const attempt_class verdict_of = sched_->classify(
-        out.error, sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline,
-        abandoned || cancelled || out.exception, thrown, out.retry_after, out.health_code);
+    const attempt_class verdict_of =
+        sched_->classify(out.error, timer_cut, abandoned || cancelled || out.exception, thrown,
+                         out.retry_after, out.health_code, decided ? &*decided : nullptr);
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
