@@ -204,8 +204,8 @@ public:
 protected:
   hedge_engine(Strand strand, retry_policy policy, hedge_options hedge, hedge_stats* stats)
       : strand_(std::move(strand)), policy_(std::move(policy)), hedge_(std::move(hedge)),
-        stats_(stats), hears_(heard_by(policy_)), hedge_timer_(strand_),
-        origin_(make_origin<clock>(policy_, true)) {
+        stats_(stats), hedge_timer_(strand_), origin_(make_origin<clock>(policy_, true)) {
+    hears_ = origin_.hears;
     notify = &hedge_engine::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
@@ -717,7 +717,7 @@ protected:
   retry_policy policy_;
   hedge_options hedge_;
   hedge_stats* stats_;
-  observer_interest hears_;       ///< asked of the observer once
+  observer_interest hears_{};     ///< asked of the observer once, by `make_origin`
   std::optional<schedule> sched_; ///< refers to `policy_`
   timer_type hedge_timer_;        ///< the next hedge, or the send token of a paced one
   std::optional<timer_type> deadline_timer_;

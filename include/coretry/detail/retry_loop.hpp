@@ -118,16 +118,16 @@ inline bool needs_control(const retry_policy& p, bool caller_slot) noexcept {
          p.attempt_timeout != unlimited;
 }
 
-/// Whether the loop reads the clock at all: a call that succeeds at once should cost little
-/// more than awaiting the operation.
-inline bool needs_clock(const retry_policy& p, bool stats) noexcept {
-  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit ||
-         (p.observer && p.observer->interests() != observer_interest::none);
-}
-
 /// The events an operation run with `p` builds for its observer: none without one.
 inline observer_interest heard_by(const retry_policy& p) noexcept {
   return p.observer ? p.observer->interests() : observer_interest::none;
+}
+
+/// Whether the loop reads the clock at all, given what its observer `hears`: a call that
+/// succeeds at once should cost little more than awaiting the operation.
+inline bool needs_clock(const retry_policy& p, bool stats, observer_interest hears) noexcept {
+  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit ||
+         hears != observer_interest::none;
 }
 
 // --- The loop --------------------------------------------------------------------------------
@@ -174,7 +174,9 @@ template <class Clock> nanoseconds clock_now() noexcept {
 
 /// Read at the call: the start of the deadline, and the seeded stream of the k-th operation.
 template <class Clock> op_origin make_origin(const retry_policy& p, bool stats) noexcept {
-  op_origin o{read_clock<Clock>(needs_clock(p, stats))};
+  const observer_interest hears = heard_by(p);
+  const bool clocked = needs_clock(p, stats, hears);
+  op_origin o{read_clock<Clock>(clocked), std::nullopt, hears, clocked};
   if (p.seed.has_value())
     o.rng.emplace(p.seed.next_stream());
   return o;
@@ -198,9 +200,10 @@ template <class Clock, class T> class loop_core {
   using exit = loop_exit<T>;
 
 public:
-  /// `p` must outlive the core (the operation's copy, or its `shared_policy`).
+  /// `p` must outlive the core (the operation's copy, or its `shared_policy`); `origin` comes
+  /// from `make_origin` with the same policy, and `stats` set when it was made for stats.
   loop_core(const retry_policy& p, retry_stats* stats, op_origin origin)
-      : policy_(p), stats_(stats), hears_(heard_by(p)), clocked_(needs_clock(p, stats != nullptr)),
+      : policy_(p), stats_(stats), hears_(origin.hears), clocked_(origin.clocked),
         start_(origin.start), sched_(p, std::move(origin), &clock_now<Clock>) {
     if (stats_)
       *stats_ = retry_stats{};

@@ -466,7 +466,7 @@ protected:
   using self_ptr = std::shared_ptr<retry_engine>;
   /// What only a controlled operation needs, in one block made with the state: the attempt's
   /// cancellation signal, the link into a group source and the entry in the deadline queue. An
-  /// operation nothing can cancel goes without (about 130 bytes less), which keeps a typical
+  /// operation nothing can cancel goes without (104 bytes less), which keeps a typical
   /// state within the sizes malloc serves from its per-thread cache.
   struct control final : cancellation_registration, queue_type::entry {
     explicit control(retry_engine& o) noexcept : owner(o) {}
@@ -845,6 +845,10 @@ private:
       const std::uint64_t seq = ++attempt_seq_;
       const bool cancelled_before = cancelled_;
       try {
+        // An attempt whose handler runs inside its initiating function may decide the outcome
+        // there: the caller's handler then goes through its immediate executor (`deliver`), not
+        // inline, so that what it throws leaves through `run()` rather than this `catch`.
+        const initiation_mark mark(this);
         shape::initiate(op_, core_.context(), attempt_handler{self, seq, alloc_});
         // Cancelled inside the initiating function (it emitted the caller's slot, say) before
         // the operation had connected its slot: emitted again, now that it has.
@@ -895,6 +899,9 @@ private:
     [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
     const bool now = this->complete_now();
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
+    auto delivery = [&] {
+      return allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)});
+    };
     if (now) {
       // Decided inside the initiating function (a gate or a rate refused the first attempt, or
       // the attempt's handler ran inside its own initiation): submitted as Asio submits an
@@ -902,23 +909,19 @@ private:
       // later; by default a post to the handler's executor), else posted.
 #if CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR
       auto iex = asio::get_associated_immediate_executor(h, ex);
-      auto delivery =
-          allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)});
       if constexpr (has_own_executor<Handler, Executor>) {
         // As Asio's dispatch of the handler itself to its immediate executor: from there, on to
         // the handler's own executor (a strand it is bound to), unless it runs there already.
-        asio::dispatch(iex, asio::bind_executor(ex, std::move(delivery)));
+        asio::dispatch(iex, asio::bind_executor(ex, delivery()));
       } else {
-        asio::dispatch(iex, std::move(delivery));
+        asio::dispatch(iex, delivery());
       }
 #else
-      asio::post(ex,
-                 allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+      asio::post(ex, delivery());
 #endif
       return;
     }
-    asio::dispatch(ex,
-                   allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+    asio::dispatch(ex, delivery());
   }
 
   static auto keep_io_executor(const Executor& ex) {

@@ -72,6 +72,9 @@ struct attempt_end {
 struct op_origin {
   nanoseconds start{0};
   std::optional<fast_rng> rng{}; ///< drawn at the call when the policy is seeded
+  /// The events the policy's observer listens to, asked once at the call (`make_origin`).
+  observer_interest hears = observer_interest::none;
+  bool clocked = false; ///< whether the loop reads its clock at all (`needs_clock`)
 };
 
 /// What to do after a failed attempt.
