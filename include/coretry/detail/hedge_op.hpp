@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// The hedged operation: one state, attempts co_spawned beside each other, each with its own
-// cancellation signal, and three kinds of timer (the next hedge, each attempt's timeout, the
-// deadline). Private: include <coretry/hedge.hpp>.
+// The hedged operation: one state, attempts co_spawned beside each other in reused slots, each
+// with its own cancellation signal, and three kinds of timer (the next hedge or a paced send,
+// each attempt's timeout, the deadline). Private: include <coretry/hedge.hpp>.
 //
 // It runs on a strand, as retry_op's controlled path does, except on a context that runs one
 // thread only (`runs_on_one_thread`): there it runs on the context's executor itself. Everything
@@ -13,11 +13,13 @@
 // last holder has let go and the state's memory is freed (`release`), as Asio's rule for
 // memory from a handler's allocator asks.
 //
-// Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the
-// reservations that settle once whatever happens (`gate_grant`, `send_token`, `retry_charge`;
-// reservation.hpp), the schedule's decisions and its one verdict per attempt (`begin_attempt`,
-// `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion signatures, delivery,
-// executor choice and outstanding work of retry_op.hpp.
+// Reused from the retry loop: the attempt shapes and the one rule for what an attempt threw
+// (`attempt_shape`, `take_current_exception`, `judge_exception`, `judge_result`;
+// attempt_shape.hpp), the reservations that settle once whatever happens (`gate_grant`,
+// `send_token`, `retry_charge`; reservation.hpp), the schedule's decisions and its one verdict
+// per attempt (`begin_attempt`, `pace`, `classify`, `report`, `stop`; schedule.hpp), and the
+// completion signatures, delivery, executor choice (`runs_on_one_thread`,
+// `with_serializing_executor`), outstanding work and cancellation steps of retry_op.hpp.
 //
 // Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
 // `hedge_engine` holds the state and runs everything but what names the caller's handler or the
@@ -277,7 +279,9 @@ public:
       out.error = errc::deadline_exceeded;
       out.exception = nullptr;
     }
-    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
+    // An exception the policy retries is this attempt's failure; so is a rejected result,
+    // unless the attempt was abandoned (attempt_shape.hpp, the rule's step 2: `judge_attempt`'s
+    // halves, with the cancellation read between them).
     std::exception_ptr retried = judge_exception(policy_, out);
     const bool abandoned = sl.cut == hedge_cut::lost;
     // retry_op's rule (loop_core::ended): a cancellation that came while the attempt ran (from
@@ -285,14 +289,8 @@ public:
     // the attempt reported: the attempt is abandoned, and a failure ends the operation.
     const bool cancelled =
         cancel_seen_.load(std::memory_order_acquire) || policy_.cancellation.cancelled();
-    if (!abandoned && !out.exception && !out.error && policy_.result_filter) {
-      try {
-        if (policy_.result_filter->call(&*out.value))
-          out.error = errc::result_rejected;
-      } catch (...) {
-        out.exception = std::current_exception();
-      }
-    }
+    if (!abandoned)
+      judge_result(policy_, out);
     // The one verdict on this attempt, for every listener and for the decision below.
     std::exception_ptr thrown;
     const attempt_class verdict_of = sched_->classify(

@@ -6,9 +6,12 @@
 // completion handlers. Private: include <coretry/retry.hpp>.
 //
 // The steps never throw on their own account: every way out sets a `loop_result` and ends in
-// `next_step::done`. Exceptions are caught where they arise (an attempt, a predicate, a hook)
-// and end the loop with `errc::unexpected_exception`; the awaitable front end turns a failure
-// into its exception, once.
+// `next_step::done`. Exceptions are caught where they arise. What an attempt throws is its
+// outcome by attempt_shape.hpp's one rule (a `std::system_error` is its code; an exception the
+// policy's `retry_if_exception` accepts is `errc::retryable_exception`, retried); anything else
+// an attempt throws, and anything a predicate or hook throws, ends the loop with
+// `errc::unexpected_exception`. The awaitable front end turns a failure into its exception,
+// once.
 
 #include <coretry/attempt.hpp>
 #include <coretry/detail/asio.hpp>
@@ -236,16 +239,9 @@ public:
       result_.error = by_deadline_ ? errc::deadline_exceeded : errc::attempt_timeout;
       result_.exception = nullptr;
     }
-    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
-    std::exception_ptr retried = judge_exception(policy_, result_);
-    if (!result_.exception && !result_.error && policy_.result_filter) {
-      try {
-        if (policy_.result_filter->call(&*result_.value))
-          result_.error = errc::result_rejected;
-      } catch (...) {
-        result_.exception = std::current_exception();
-      }
-    }
+    // An exception the policy retries is this attempt's failure; a rejected result is one too
+    // (attempt_shape.hpp, the rule's step 2).
+    std::exception_ptr retried = judge_attempt(policy_, result_);
     // The one verdict on this attempt, for the breaker, the sending rate, the budget and the
     // decision below alike; a predicate that throws makes it abandoned, and ends the loop.
     // Cancellation wins over whatever the attempt reported.
