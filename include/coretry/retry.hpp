@@ -143,15 +143,9 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 /// through any completion token (callbacks, `use_future`, `use_awaitable`,
 /// `as_tuple(...)`, ...).
 ///
-/// Completion signature (with Boost.Asio, `boost::system::error_code` in place of
-/// `std::error_code` here and in every token-based coretry operation: docs/asio.md):
-/// `void(std::error_code, T)`, or `void(std::error_code)` when `T` is
-/// `void`, or `void(std::error_code, std::optional<T>)` when `T` is not default constructible
-/// (empty with an error). The error is empty on success and when the last result is returned
-/// after rejected results; otherwise the final error (see `final_error`),
-/// `asio::error::operation_aborted`, or `errc::unexpected_exception`. The handler is called
-/// exactly once, through its associated executor (by default `executor`), never from inside
-/// this call; if the execution context is destroyed first, it is destroyed uncalled.
+/// The handler is called exactly once, through its associated executor (by default
+/// `executor`), never from inside this call; if the execution context is destroyed first, it
+/// is destroyed uncalled.
 ///
 /// Throws `std::invalid_argument` at the call when the policy is invalid (or an empty
 /// `shared_policy`); nothing starts then. Thread safety: the call may be made from any thread.
@@ -163,8 +157,13 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 ///
 /// @par Completion Signature
 /// `void(error_code, T)`; `void(error_code)` when `T` is `void`;
-/// `void(error_code, std::optional<T>)` when `T` is not default constructible (`error_code`:
-/// `std::error_code`, or `boost::system::error_code` with Boost.Asio).
+/// `void(error_code, std::optional<T>)` when `T` is not default constructible (empty with an
+/// error). `error_code` is `std::error_code`, or with Boost.Asio `boost::system::error_code`,
+/// here and in every token-based coretry operation (docs/asio.md). The error is empty on
+/// success and when the last result is returned after rejected results; otherwise the final
+/// error (see `final_error`), `asio::error::operation_aborted`, or
+/// `errc::unexpected_exception` (`errc::retryable_exception` when the last attempt threw an
+/// exception the policy retries).
 ///
 /// @par Per-Operation Cancellation
 /// Terminal, partial and total cancellation through the handler's associated slot, emitted from
