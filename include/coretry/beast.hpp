@@ -646,6 +646,9 @@ retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
@@ -659,6 +662,9 @@ retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, with the default `coretry::http::retry_rules` (those of `coretry::curl::retry`).
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
@@ -674,6 +680,9 @@ retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
@@ -709,6 +718,12 @@ auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, with the default `coretry::http::retry_rules`.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
 auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,

@@ -400,9 +400,11 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 /// `asio::error::operation_aborted` when cancelled.
 ///
 /// @par Per-Operation Cancellation
-/// Terminal cancellation of the awaiting coroutine, and the policy's group token,
-/// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
-/// it holds no easy handle and no connection, and counts in `client_stats::waiting_retries`.
+/// As `coretry::retry_async`: terminal cancellation of the awaiting coroutine, and the policy's
+/// group token, stop it in an attempt (the transfer is removed from libcurl, its connection
+/// closed if unfinished) or in a sleep, and it throws
+/// `std::system_error(asio::error::operation_aborted)`. While it sleeps it holds no easy handle
+/// and no connection, and counts in `client_stats::waiting_retries`.
 ///
 /// Lifetime: the operation does not keep `c` alive and `c` need not outlive it. When `c` is
 /// destroyed, an attempt in flight ends with `operation_aborted` (as every transfer does), and
@@ -418,12 +420,18 @@ retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy) {
 }
 
 /// `retry` with the default `retry_policy`.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req) {
   return detail::retry_compiled(c, std::move(req), coretry::retry_policy());
 }
 
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<response>
 retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::retry_stats& stats) {
@@ -437,15 +445,17 @@ retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::retry_stats
 /// then. Thread safety: any thread.
 ///
 /// @par Completion Signature
-/// `void(error_code, response)`; the error is empty whenever a response is delivered (including
-/// a last retryable status once attempts ran out), except for a breaker's refusal:
+/// `void(error_code, response)` (`error_code`: `std::error_code`, or `boost::system::error_code`
+/// with Boost.Asio); the error is empty whenever a response is delivered (including a last
+/// retryable status once attempts ran out), except for a breaker's refusal:
 /// `coretry::errc::circuit_open` with the last retryable response, or a default `response` when
-/// there is none (as `circuit_open_error::last_response`).
+/// there is none (as `circuit_open_error::last_response`). Otherwise the error is the last
+/// transport error or the policy's reason (`final_error`).
 ///
 /// @par Per-Operation Cancellation
-/// Terminal, partial or total cancellation through the handler's slot, or the policy's group
-/// token: the transfer in flight is removed from libcurl, a sleep ends, and the handler gets
-/// `operation_aborted`, once.
+/// As `coretry::async_retry`: terminal, partial or total cancellation through the handler's
+/// slot, or the policy's group token: the transfer in flight is removed from libcurl, a sleep
+/// ends, no further attempt starts, and the handler gets `operation_aborted`, once.
 template <class CompletionToken>
 auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  CompletionToken&& token) {
@@ -461,6 +471,12 @@ auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy poli
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class CompletionToken>
 auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  coretry::retry_stats& stats, CompletionToken&& token) {

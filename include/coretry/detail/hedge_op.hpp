@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// The hedged operation: one state, attempts co_spawned beside each other, each with its own
-// cancellation signal, and three kinds of timer (the next hedge, each attempt's timeout, the
-// deadline). Private: include <coretry/hedge.hpp>.
+// The hedged operation: one state, attempts co_spawned beside each other in reused slots, each
+// with its own cancellation signal, and three kinds of timer (the next hedge or a paced send,
+// each attempt's timeout, the deadline). Private: include <coretry/hedge.hpp>.
 //
 // It runs on a strand, as retry_op's controlled path does, except on a context that runs one
 // thread only (`runs_on_one_thread`): there it runs on the context's executor itself. Everything
@@ -13,11 +13,13 @@
 // last holder has let go and the state's memory is freed (`release`), as Asio's rule for
 // memory from a handler's allocator asks.
 //
-// Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the
-// reservations that settle once whatever happens (`gate_grant`, `send_token`, `retry_charge`;
-// reservation.hpp), the schedule's decisions and its one verdict per attempt (`begin_attempt`,
-// `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion signatures, delivery,
-// executor choice and outstanding work of retry_op.hpp.
+// Reused from the retry loop: the attempt shapes and the one rule for what an attempt threw
+// (`attempt_shape`, `take_current_exception`, `judge_exception`, `judge_result`;
+// attempt_shape.hpp), the reservations that settle once whatever happens (`gate_grant`,
+// `send_token`, `retry_charge`; reservation.hpp), the schedule's decisions and its one verdict
+// per attempt (`begin_attempt`, `pace`, `classify`, `report`, `stop`; schedule.hpp), and the
+// completion signatures, delivery, executor choice (`runs_on_one_thread`,
+// `with_serializing_executor`), outstanding work and cancellation steps of retry_op.hpp.
 //
 // Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
 // `hedge_engine` holds the state and runs everything but what names the caller's handler or the
@@ -289,7 +291,7 @@ public:
     std::exception_ptr retried;
     std::optional<attempt_decision> decided;
     if (abandoned) {
-      retried = judge_exception(policy_, out); // as 0.2: no result filter for a lost copy
+      retried = judge_exception(policy_, out); // step 2's first half: no result for a lost copy
     } else {
       decided = judge_outcome(policy_, out, sl.number, !timer_cut && !cancelled, out.retry_after,
                               out.health_code, retried);

@@ -6,9 +6,12 @@
 // completion handlers. Private: include <coretry/retry.hpp>.
 //
 // The steps never throw on their own account: every way out sets a `loop_result` and ends in
-// `next_step::done`. Exceptions are caught where they arise (an attempt, a predicate, a hook)
-// and end the loop with `errc::unexpected_exception`; the awaitable front end turns a failure
-// into its exception, once.
+// `next_step::done`. Exceptions are caught where they arise. What an attempt throws is its
+// outcome by attempt_shape.hpp's one rule (a `std::system_error` is its code; an exception the
+// policy's `retry_if_exception` accepts is `errc::retryable_exception`, retried); anything else
+// an attempt throws, and anything a predicate or hook throws, ends the loop with
+// `errc::unexpected_exception`. The awaitable front end turns a failure into its exception,
+// once.
 
 #include <coretry/attempt.hpp>
 #include <coretry/detail/asio.hpp>
@@ -50,10 +53,10 @@ template <class T> struct loop_result {
 };
 
 /// The policy's judgement of an attempt's outcome `out` (its `error`, `value` and `exception`),
-/// before `schedule::classify` sees it; the one place that asks, for the retry loop and the
-/// hedge alike. With `retry_policy::classify`, as it decides (asked only for an attempt that
-/// `ran_its_course`: no timer cut it and no cancellation abandoned it), else as
-/// `retry_if_exception` and `retry_if_result` say (asked as 0.2 asked them). An exception
+/// before `schedule::classify` sees it: step 2 of attempt_shape.hpp's rule, for the retry loop
+/// and the hedge alike. With `retry_policy::classify`, as it decides (asked only for an attempt
+/// that `ran_its_course`: no timer cut it and no cancellation abandoned it), else as
+/// `retry_if_exception` and `retry_if_result` say (`judge_attempt`, asked as 0.2 asked them). An exception
 /// retried becomes `errc::retryable_exception` and moves into `retried`; a value rejected
 /// becomes `errc::result_rejected` (the value stays: it is returned if the loop gives up); a
 /// judge that throws puts what it threw in `out.exception` (a bug: the loop stops). `hint` is
@@ -65,15 +68,7 @@ std::optional<attempt_decision> judge_outcome(const retry_policy& p, Out& out, u
                                               const std::error_code& health_code,
                                               std::exception_ptr& retried) noexcept {
   if (!p.classify) {
-    retried = judge_exception(p, out);
-    if (!out.exception && !out.error && p.result_filter) {
-      try {
-        if (p.result_filter->call(&*out.value))
-          out.error = errc::result_rejected;
-      } catch (...) {
-        out.exception = std::current_exception();
-      }
-    }
+    retried = judge_attempt(p, out);
     return std::nullopt;
   }
   if (!ran_its_course)
