@@ -179,7 +179,8 @@ inline unsigned max_concurrent_calls(const circuit_breaker_options& o) noexcept 
 /// An operation that waits instead of failing (`retry_policy::when_open = on_open::wait`) asks
 /// `retry_after` after a refusal: while open, until the end of the break plus a jitter of up to
 /// `retry_interval`; while half-open or ramping, `retry_interval` jittered; while isolated,
-/// `coretry::unlimited` ("cannot say when": only `reset` ends an isolation, so a waiting operation stops at once).
+/// `coretry::unlimited` ("cannot say when": only `reset` ends an isolation, so a waiting
+/// operation stops at once).
 ///
 /// - **isolated** (manual control, as Polly's `Isolate` and resilience4j's forced-open state):
 ///   `isolate(now)` refuses every attempt, whatever the outcomes and the time, until

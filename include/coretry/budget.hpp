@@ -168,8 +168,8 @@ public:
   /// `ratio_budget_options::limit_scheduled_retries`.
   bool limits_scheduled_retries() const noexcept override;
   /// Until the window next slides (the start of the next bucket), when its oldest retries leave
-  /// it; `coretry::unlimited` (cannot say when) when no window can ever grant a retry (`ratio` 0 and a reserve of less than
-  /// one retry per window), so that a waiting operation stops at once.
+  /// it; `coretry::unlimited` (cannot say when) when no window can ever grant a retry (`ratio` 0
+  /// and a reserve of less than one retry per window), so that a waiting operation stops at once.
   std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
 
   /// The options it was built with.

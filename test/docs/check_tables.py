@@ -4,8 +4,8 @@
 
 - The README's option tables, each after a marker `<!-- reference-table: STRUCT HEADER -->`
   (`retry_policy`, `hedge_options`, `circuit_breaker_options`; every one must be there), name
-  every data member of the struct but those marked `[[deprecated]]`, in declaration order, so that designated initializers
-  written in the table's order compile; each row's type is the member's declared type and its
+  every data member of the struct but those marked `[[deprecated]]`, in declaration order,
+  so that designated initializers written in the table's order compile; each row's type is the member's declared type and its
   default the header's initializer: the text is compared (one spelling: durations as literals,
   `nanoseconds::max()` as `unlimited`, an absent initializer as `{}`), and the type and the
   default are compiled (`decltype(STRUCT::field)` against the type; the default initializes a
