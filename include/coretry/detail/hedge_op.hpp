@@ -388,13 +388,13 @@ private:
   }
 
   /// Starts the next attempt if one may start now; `trigger` is the failure that asks for it,
-  /// or empty. A hedge that is due while `max_in_flight` attempts run waits for a failure. With
-  /// a zero delay, starts attempts in a loop up to `max_in_flight`.
+  /// or empty. A hedge that is due while `max_copies` attempts run waits for a failure. With
+  /// a zero delay, starts attempts in a loop up to `max_copies`.
   void try_launch(std::error_code trigger) {
     do {
       // A posted relaunch() launches the rest: looping on here, with a zero delay and attempts
       // that fail inline, would post one per turn and never give the strand back.
-      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= hedge_.max_in_flight ||
+      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= max_copies(hedge_) ||
           abort_if_cancelled())
         return;
       const nanoseconds now = read_clock<clock>(true);
@@ -582,7 +582,7 @@ private:
       return;
     if (pacing_) { // the send token is due: send
       pacing_ = false;
-      if (may_launch() && in_flight_ < hedge_.max_in_flight &&
+      if (may_launch() && in_flight_ < max_copies(hedge_) &&
           launch(read_clock<clock>(true), std::exchange(pending_trigger_, {})) &&
           hedge_.delay == nanoseconds::zero())
         try_launch({});

@@ -169,7 +169,7 @@ public:
     if (!gate_refused_ || p_.when_open != on_open::wait)
       return stop(why, last);
     const nanoseconds wait = p_.breaker->retry_after(now);
-    if (wait == attempt_gate::never || wait <= nanoseconds::zero() ||
+    if (wait == unlimited || wait <= nanoseconds::zero() ||
         (has_deadline() && wait >= deadline_ - now))
       return stop(why, last);
     return {{}, {}, wait};
@@ -180,7 +180,7 @@ public:
   /// the wait would end at or past the deadline (`deadline_exceeded`, the token handed back).
   verdict pace(nanoseconds now, send_token& token) noexcept {
     const nanoseconds wait = p_.rate_limit->acquire(now);
-    if (wait == send_rate::refused)
+    if (wait == unlimited)
       return {errc::rate_limited, errc::rate_limited};
     token = send_token(p_.rate_limit.get(), now_, now);
     if (wait > nanoseconds::zero() && has_deadline() &&
@@ -363,7 +363,7 @@ private:
   /// all ask at its edge; zero when the budget cannot say or the wait would reach the deadline.
   nanoseconds budget_wait(nanoseconds now) noexcept {
     const nanoseconds wait = p_.budget->retry_after(now);
-    if (wait == retry_budget::never || wait <= nanoseconds::zero())
+    if (wait == unlimited || wait <= nanoseconds::zero())
       return nanoseconds::zero();
     if (!rng_)
       rng_.emplace(p_.seed.next_stream());
