@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/backoff.hpp>
+#include <coretry/detail/refuse.hpp>
 
 #include <algorithm>
 #include <array>
@@ -14,8 +15,7 @@ using namespace std::chrono_literals;
 
 [[noreturn]] void reject(const char* where, const char* field, const std::string& value,
                          const char* rule) {
-  throw std::invalid_argument(std::string("coretry::") + where + ": " + field + " = " + value +
-                              " (" + rule + ")");
+  detail::refuse((std::string("coretry::") + where).c_str(), field, value, rule);
 }
 
 std::string show(nanoseconds d) {

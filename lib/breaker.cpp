@@ -18,7 +18,7 @@ namespace {
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
-  detail::reject("coretry::circuit_breaker_options", field, value, rule);
+  detail::refuse("coretry::circuit_breaker_options", field, value, rule);
 }
 
 // The state word: the state in the top two bits, its payload in the other 62.
@@ -73,13 +73,21 @@ circuit_breaker::circuit_breaker(circuit_breaker_options options)
     : options_(std::move(options)), word_(make_word(breaker_state::closed, 0)),
       rng_(options_.seed ? *options_.seed : fast_rng::from_entropy()()),
       closed_at_(std::numeric_limits<std::int64_t>::min()) {
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  if (options_.max_concurrent_calls != 0 && options_.max_in_flight != 0 &&
+      options_.max_concurrent_calls != options_.max_in_flight)
+    detail::refuse_both("coretry::circuit_breaker_options", "max_concurrent_calls",
+                        std::to_string(options_.max_concurrent_calls), "max_in_flight",
+                        std::to_string(options_.max_in_flight));
+  // Both names hold the limit in effect, so that `options()` reads alike under either.
+  options_.max_concurrent_calls = options_.max_in_flight = detail::max_concurrent_calls(options_);
+  CORETRY_ALLOW_DEPRECATED_END
   const auto& o = options_;
   if (o.consecutive_failures > 1'000'000)
     reject("consecutive_failures", o.consecutive_failures, "must be in [0, 1000000]");
   if (!(o.failure_ratio >= 0 && o.failure_ratio <= 1))
     reject("failure_ratio", o.failure_ratio, "must be in [0, 1]");
-  if (o.consecutive_failures == 0 && o.failure_ratio == 0 &&
-      o.slow_call_duration == nanoseconds::max())
+  if (o.consecutive_failures == 0 && o.failure_ratio == 0 && o.slow_call_duration == unlimited)
     reject("consecutive_failures", 0,
            "and failure_ratio both 0 (and no slow_call_duration): the breaker could never open");
   if (o.window_type != sliding_window::time_based && o.window_type != sliding_window::count_based)
@@ -109,8 +117,8 @@ circuit_breaker::circuit_breaker(circuit_breaker_options options)
     reject("half_open_probes", o.half_open_probes, "must be in [1, 65535]");
   if (o.ramp < nanoseconds::zero())
     reject("ramp (ns)", static_cast<double>(o.ramp.count()), "must not be negative");
-  if (o.max_in_flight > 1'000'000)
-    reject("max_in_flight", o.max_in_flight, "must be in [0, 1000000]");
+  if (o.max_concurrent_calls > 1'000'000)
+    reject("max_concurrent_calls", o.max_concurrent_calls, "must be in [0, 1000000]");
   if (o.retry_interval <= nanoseconds::zero())
     reject("retry_interval (ns)", static_cast<double>(o.retry_interval.count()),
            "must be positive");
@@ -157,7 +165,7 @@ nanoseconds circuit_breaker::retry_after(nanoseconds now) noexcept {
   const double interval = static_cast<double>(options_.retry_interval.count());
   const std::uint64_t w = word_.load(std::memory_order_acquire);
   if (state_of(w) == breaker_state::isolated)
-    return never; // only `reset` ends an isolation: a waiting operation stops at once
+    return unlimited; // only `reset` ends an isolation: a waiting operation stops at once
   if (state_of(w) == breaker_state::open) {
     // Spread past the end of the break: the first to ask again is the probe, the rest find the
     // breaker half-open and come back a little later, each at its own time.
@@ -193,7 +201,7 @@ bool circuit_breaker::ratio_tripped(nanoseconds now) const noexcept {
 }
 
 bool circuit_breaker::slow_tripped(nanoseconds now) const noexcept {
-  if (options_.slow_call_duration == nanoseconds::max())
+  if (options_.slow_call_duration == unlimited)
     return false;
   const auto sums = window_sums(now);
   const std::uint64_t total = sums.failures + sums.successes;
@@ -260,7 +268,7 @@ void circuit_breaker::transition(breaker_state from, breaker_state to, nanosecon
 }
 
 bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
-  const unsigned cap = options_.max_in_flight;
+  const unsigned cap = options_.max_concurrent_calls;
   if (cap == 0)
     return acquire_state(now);
   // A slot first, then the state: a refused state hands the slot back, so no probe slot is
@@ -278,7 +286,7 @@ bool circuit_breaker::try_acquire(nanoseconds now) noexcept {
 }
 
 void circuit_breaker::release_slot() noexcept {
-  if (options_.max_in_flight != 0)
+  if (options_.max_concurrent_calls != 0)
     in_flight_.fetch_sub(1, std::memory_order_acq_rel);
 }
 

@@ -13,15 +13,15 @@
 namespace coretry {
 namespace {
 
-using detail::reject;
+using detail::refuse;
 
 } // namespace
 
 token_bucket_budget::token_bucket_budget(double max_tokens, double token_ratio) {
   if (!(max_tokens > 0 && max_tokens <= 1'000'000))
-    reject("coretry::token_bucket_budget", "max_tokens", max_tokens, "must be in (0, 1e6]");
+    refuse("coretry::token_bucket_budget", "max_tokens", max_tokens, "must be in (0, 1e6]");
   if (!(token_ratio > 0 && token_ratio <= max_tokens))
-    reject("coretry::token_bucket_budget", "token_ratio", token_ratio,
+    refuse("coretry::token_bucket_budget", "token_ratio", token_ratio,
            "must be in (0, max_tokens]");
   max_ = std::llround(max_tokens * scale);
   ratio_ = std::max<std::int64_t>(1, std::llround(token_ratio * scale));
@@ -53,20 +53,31 @@ double token_bucket_budget::tokens() const noexcept {
 
 ratio_budget::ratio_budget(ratio_budget_options options) : options_(options) {
   constexpr const char* where = "coretry::ratio_budget";
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  constexpr unsigned fallback = ratio_budget_options{}.window_buckets;
+  if (options.window_buckets != fallback && options.buckets != fallback &&
+      options.window_buckets != options.buckets)
+    detail::refuse_both(where, "window_buckets", std::to_string(options.window_buckets), "buckets",
+                        std::to_string(options.buckets));
+  // Both names hold the count in effect, so that `options()` reads alike under either.
+  options.window_buckets = options.buckets = detail::window_buckets(options);
+  options_ = options;
+  CORETRY_ALLOW_DEPRECATED_END
   if (!(options.ratio >= 0 && options.ratio <= 100))
-    reject(where, "ratio", options.ratio, "must be in [0, 100]");
+    refuse(where, "ratio", options.ratio, "must be in [0, 100]");
   if (!(options.min_retries_per_second >= 0 && options.min_retries_per_second <= 1e9))
-    reject(where, "min_retries_per_second", options.min_retries_per_second, "must be in [0, 1e9]");
+    refuse(where, "min_retries_per_second", options.min_retries_per_second, "must be in [0, 1e9]");
   if (options.window <= std::chrono::nanoseconds::zero())
-    reject(where, "window (ns)", static_cast<double>(options.window.count()), "must be positive");
-  if (options.buckets < 1 || options.buckets > 1000)
-    reject(where, "buckets", options.buckets, "must be in [1, 1000]");
-  const std::chrono::nanoseconds width = options.window / options.buckets;
+    refuse(where, "window (ns)", static_cast<double>(options.window.count()), "must be positive");
+  if (options.window_buckets < 1 || options.window_buckets > 1000)
+    refuse(where, "window_buckets", options.window_buckets, "must be in [1, 1000]");
+  const std::chrono::nanoseconds width = options.window / options.window_buckets;
   if (width <= std::chrono::nanoseconds::zero())
-    reject(where, "buckets", options.buckets, "window / buckets must be at least 1 ns");
+    refuse(where, "window_buckets", options.window_buckets,
+           "window / window_buckets must be at least 1 ns");
   reserve_ = options.min_retries_per_second * std::chrono::duration<double>(options.window).count();
-  requests_ = std::make_unique<detail::window_counter>(width, options.buckets);
-  retries_ = std::make_unique<detail::window_counter>(width, options.buckets);
+  requests_ = std::make_unique<detail::window_counter>(width, options.window_buckets);
+  retries_ = std::make_unique<detail::window_counter>(width, options.window_buckets);
 }
 
 ratio_budget::~ratio_budget() = default;
@@ -104,8 +115,8 @@ std::chrono::nanoseconds ratio_budget::retry_after(std::chrono::nanoseconds now)
   // No request earns a retry and the reserve is less than one: no slide of the window can ever
   // make room, so a waiting operation must stop rather than sleep for ever.
   if (options_.ratio == 0 && reserve_ < 1)
-    return never;
-  const std::chrono::nanoseconds width = options_.window / options_.buckets;
+    return unlimited;
+  const std::chrono::nanoseconds width = options_.window / options_.window_buckets;
   const std::int64_t next = retries_->bucket(now) + 1;
   const std::int64_t edge = next > std::numeric_limits<std::int64_t>::max() / width.count()
                                 ? std::numeric_limits<std::int64_t>::max()

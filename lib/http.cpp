@@ -3,6 +3,7 @@
 // by hand and strictly: curl_getdate accepts far more than HTTP-date (any zone, trailing words,
 // missing fields), and a hint read from a malformed date would make the loop wait for nothing.
 
+#include <coretry/detail/refuse.hpp>
 #include <coretry/error.hpp>
 #include <coretry/http.hpp>
 
@@ -214,8 +215,7 @@ constexpr std::array<int, 6> default_statuses{408, 429, 500, 502, 503, 504};
 
 [[noreturn]] void refuse(const char* where, const std::string& field, const std::string& value,
                          const char* rule) {
-  throw std::invalid_argument(std::string(where) + ": " + field + " = " + value + " (" + rule +
-                              ")");
+  coretry::detail::refuse(where, field.c_str(), value, rule);
 }
 
 void check_statuses(const std::vector<int>& statuses, const char* where, const std::string& field) {

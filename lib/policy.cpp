@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/refuse.hpp>
 #include <coretry/policy.hpp>
 
 #include <stdexcept>
@@ -16,28 +17,47 @@ bool default_throttle_if(const std::error_code& ec) noexcept {
   return ec == errc::attempt_timeout || ec == std::errc::timed_out;
 }
 
+attempt_decision default_classify(const attempt_result& r) noexcept {
+  attempt_decision d;
+  if (r.error()) {
+    d.retry = default_retry_if(r.error());
+    d.throttle = default_throttle_if(r.error());
+  }
+  return d;
+}
+
 void retry_policy::validate() const {
+  constexpr const char* where = "coretry::retry_policy";
+  const auto ns = [](nanoseconds d) { return std::to_string(d.count()) + "ns"; };
   if (max_attempts == 0)
-    throw std::invalid_argument("coretry::retry_policy: max_attempts = 0 (must be at least 1)");
+    detail::refuse(where, "max_attempts", "0", "must be at least 1");
   if (deadline <= nanoseconds::zero())
-    throw std::invalid_argument("coretry::retry_policy: deadline = " +
-                                std::to_string(deadline.count()) + "ns (must be positive)");
+    detail::refuse(where, "deadline", ns(deadline), "must be positive");
   if (attempt_timeout <= nanoseconds::zero())
-    throw std::invalid_argument("coretry::retry_policy: attempt_timeout = " +
-                                std::to_string(attempt_timeout.count()) + "ns (must be positive)");
+    detail::refuse(where, "attempt_timeout", ns(attempt_timeout), "must be positive");
   if (max_retry_after <= nanoseconds::zero())
-    throw std::invalid_argument("coretry::retry_policy: max_retry_after = " +
-                                std::to_string(max_retry_after.count()) + "ns (must be positive)");
+    detail::refuse(where, "max_retry_after", ns(max_retry_after), "must be positive");
   if (detail::is_registry_placeholder(breaker.get()))
-    throw std::invalid_argument(
-        "coretry::retry_policy: breaker = the placeholder of presets::overload_safe_per_endpoint() "
-        "(the policy needs an endpoint_registry with a breaker to supply each endpoint's own: "
-        "curl::client_options::resilience, or endpoint_registry::apply; for one upstream use "
-        "presets::overload_safe())");
+    detail::refuse(where, "breaker", "the placeholder of presets::overload_safe_per_endpoint()",
+                   "the policy needs an endpoint_registry with a breaker to supply each "
+                   "endpoint's own: curl::client_options::resilience, or "
+                   "endpoint_registry::apply; for one upstream use presets::overload_safe()");
+  if (classify) {
+    const char* mixed = retry_if             ? "retry_if"
+                        : pushback_if        ? "pushback_if"
+                        : throttle_if        ? "throttle_if"
+                        : result_filter      ? "result_filter (retry_if_result)"
+                        : retry_if_exception ? "retry_if_exception"
+                                             : nullptr;
+    if (mixed)
+      detail::refuse(
+          where, "classify", "set",
+          (std::string("and ") + mixed + " is set too: classify replaces it, decide there")
+              .c_str());
+  }
   if (when_open != on_open::fail && when_open != on_open::wait)
-    throw std::invalid_argument(
-        "coretry::retry_policy: when_open = " + std::to_string(static_cast<int>(when_open)) +
-        " (must be on_open::fail or on_open::wait)");
+    detail::refuse(where, "when_open", std::to_string(static_cast<int>(when_open)),
+                   "must be on_open::fail or on_open::wait");
 }
 
 shared_policy::shared_policy(retry_policy p) {

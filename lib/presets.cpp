@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
+#include <coretry/detail/refuse.hpp>
 #include <coretry/presets.hpp>
 
 #include <limits>
@@ -9,10 +10,6 @@
 namespace coretry::presets {
 
 using namespace std::chrono_literals;
-
-namespace {
-constexpr unsigned no_limit = std::numeric_limits<unsigned>::max();
-} // namespace
 
 circuit_breaker_options overload_safe_breaker() {
   // 10 in a row, not 5: at a 30 % error rate (partial failure) five failures in a row come by
@@ -40,7 +37,7 @@ namespace {
 // within about a break rather than after up to 32 s.
 retry_policy overload_safe_base(nanoseconds attempt_timeout, nanoseconds deadline) {
   retry_policy p{
-      .max_attempts = no_limit,
+      .max_attempts = unlimited_attempts,
       .deadline = deadline,
       .attempt_timeout = attempt_timeout,
       .backoff = backoff::exponential(100ms, 2.0, overload_safe_breaker().break_duration)
@@ -57,7 +54,7 @@ public:
   void on_success(nanoseconds) noexcept override {}
   void on_failure(nanoseconds) noexcept override {}
   void on_abandoned(nanoseconds) noexcept override {}
-  nanoseconds retry_after(nanoseconds) noexcept override { return never; }
+  nanoseconds retry_after(nanoseconds) noexcept override { return unlimited; }
 };
 } // namespace
 
@@ -83,7 +80,7 @@ endpoint_registry_options overload_safe_registry() {
 
 retry_policy retry_forever(nanoseconds cap, nanoseconds initial) {
   return retry_policy{
-      .max_attempts = no_limit,
+      .max_attempts = unlimited_attempts,
       .backoff = backoff::exponential(initial, 2.0, cap).with_jitter(jitter::full()),
   };
 }
@@ -94,10 +91,10 @@ backoff truncated_exponential(nanoseconds initial, nanoseconds max, nanoseconds 
 
 retry_policy cloud_storage(nanoseconds max_backoff, nanoseconds deadline) {
   if (max_backoff < 1s)
-    throw std::invalid_argument("coretry::presets::cloud_storage: max_backoff (ns) = " +
-                                std::to_string(max_backoff.count()) + " (must be at least 1 s)");
+    detail::refuse("coretry::presets::cloud_storage", "max_backoff (ns)",
+                   std::to_string(max_backoff.count()), "must be at least 1 s");
   retry_policy p{
-      .max_attempts = no_limit,
+      .max_attempts = unlimited_attempts,
       .deadline = deadline,
       .backoff = truncated_exponential(1s, max_backoff, 1s),
   };

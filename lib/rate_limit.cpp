@@ -19,7 +19,7 @@ using detail::sub_sat;
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
-  detail::reject("coretry::adaptive_rate_options", field, value, rule);
+  detail::refuse("coretry::adaptive_rate_options", field, value, rule);
 }
 
 constexpr double ns_per_s = 1e9;
@@ -87,7 +87,7 @@ nanoseconds adaptive_rate_limiter::acquire(nanoseconds now) noexcept {
     // This caller's token is due at `next`.
     if (sub_sat(next, t) > options_.max_wait.count()) {
       refused_.fetch_add(1, std::memory_order_relaxed);
-      return send_rate::refused;
+      return unlimited;
     }
   } while (!bucket_.compare_exchange_weak(b, next, std::memory_order_acq_rel,
                                           std::memory_order_relaxed));

@@ -207,9 +207,9 @@ endpoint_registry::endpoint_registry(endpoint_registry_options options)
     : options_(std::move(options)), last_sweep_(std::numeric_limits<std::int64_t>::min()) {
   constexpr const char* where = "coretry::endpoint_registry_options";
   if (options_.max_entries < 1)
-    detail::reject(where, "max_entries", "0", "must be at least 1");
+    detail::refuse(where, "max_entries", "0", "must be at least 1");
   if (options_.idle_timeout <= nanoseconds::zero())
-    detail::reject(where, "idle_timeout (ns)", std::to_string(options_.idle_timeout.count()),
+    detail::refuse(where, "idle_timeout (ns)", std::to_string(options_.idle_timeout.count()),
                    "must be positive");
   // The breaker's and budget's own constructors name the bad field and its value.
   if (options_.breaker)

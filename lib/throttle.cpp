@@ -16,7 +16,7 @@ namespace {
 using std::chrono::nanoseconds;
 
 [[noreturn]] void reject(const char* field, double value, const char* rule) {
-  detail::reject("coretry::adaptive_throttle_options", field, value, rule);
+  detail::refuse("coretry::adaptive_throttle_options", field, value, rule);
 }
 
 } // namespace

@@ -198,7 +198,7 @@ TEST_CASE("truncated additive jitter: min(2^n s + U(0, 1 s), max), seeded") {
 
 TEST_CASE("presets are ordinary policies a caller can adjust") {
   auto safe = coretry::presets::overload_safe();
-  CHECK(safe.max_attempts == std::numeric_limits<unsigned>::max());
+  CHECK(safe.max_attempts == coretry::unlimited_attempts);
   CHECK(safe.attempt_timeout == 2s);
   REQUIRE(safe.breaker);
   REQUIRE(safe.budget);
@@ -212,7 +212,7 @@ TEST_CASE("presets are ordinary policies a caller can adjust") {
   CHECK_THROWS_AS(coretry::presets::overload_safe_per_endpoint().validate(), std::invalid_argument);
 
   const auto forever = coretry::presets::retry_forever(30s);
-  CHECK(forever.max_attempts == std::numeric_limits<unsigned>::max());
+  CHECK(forever.max_attempts == coretry::unlimited_attempts);
   CHECK(forever.deadline == coretry::unlimited);
   CHECK(forever.backoff.max_delay() == 30s);
   CHECK(forever.backoff.jitter_spec().kind == coretry::jitter_kind::full);

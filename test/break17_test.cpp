@@ -268,7 +268,7 @@ TEST_CASE(
           throw std::system_error(refused);
           co_return 0;
         },
-        p, {.delay = 0ns, .max_in_flight = 2},
+        p, {.delay = 0ns, .max_copies = 2},
         [&](std::error_code ec, int) {
           if (ec != coretry::test::operation_aborted)
             ++wrong;
@@ -339,7 +339,7 @@ TEST_CASE("break17: reused hedge slots: a stale attempt-timeout wait never cuts 
           ++cut;
         throw std::system_error(refused);
       },
-      p, {.delay = 1ms, .max_in_flight = 3}, stats,
+      p, {.delay = 1ms, .max_copies = 3}, stats,
       [&](std::error_code ec, int) {
         ++completions;
         CHECK(ec == refused);
@@ -412,7 +412,7 @@ TEST_CASE("break17: a zero-delay hedge failing inline gives the strand back afte
         throw std::system_error(refused);
         co_return 0;
       },
-      p, {.delay = 0ns, .max_in_flight = 2},
+      p, {.delay = 0ns, .max_copies = 2},
       [&](std::error_code ec, int) {
         ++completions;
         error = ec;

@@ -2,6 +2,7 @@
 // The circuit breaker on its own, with explicit times: every transition and every count.
 
 #include <coretry/breaker.hpp>
+#include <coretry/presets.hpp>
 
 #include <doctest/doctest.h>
 
@@ -56,7 +57,7 @@ TEST_CASE("a new breaker is closed and lets every attempt through") {
 }
 
 TEST_CASE("the breaker opens after the configured run of failures, and a success resets the run") {
-  circuit_breaker b(exact({.consecutive_failures = 3, .failure_ratio = 0}));
+  circuit_breaker b(exact({.consecutive_failures = 3, .failure_ratio = 0, .break_duration = 5s}));
   fail_n(b, 2, 1s);
   CHECK(b.failure_run() == 2);
   REQUIRE(b.try_acquire(1s));
@@ -427,8 +428,8 @@ TEST_CASE("a push-back frees a half-open probe slot and leaves the breaker half-
   CHECK(b.try_acquire(1200ms)); // the next probe
 }
 
-TEST_CASE("max_in_flight refuses attempts beyond the cap until an outcome frees a slot") {
-  circuit_breaker b(exact({.max_in_flight = 3}));
+TEST_CASE("max_concurrent_calls refuses attempts beyond the cap until an outcome frees a slot") {
+  circuit_breaker b(exact({.max_concurrent_calls = 3}));
   CHECK(b.try_acquire(0s));
   CHECK(b.try_acquire(0s));
   CHECK(b.try_acquire(0s));
@@ -454,8 +455,10 @@ TEST_CASE("max_in_flight refuses attempts beyond the cap until an outcome frees 
   CHECK(wait <= 150ms);
 }
 
-TEST_CASE("max_in_flight: a refusal by the state takes no slot, and the cap holds open or not") {
-  circuit_breaker b(exact({.consecutive_failures = 1, .break_duration = 1s, .max_in_flight = 2}));
+TEST_CASE(
+    "max_concurrent_calls: a refusal by the state takes no slot, and the cap holds open or not") {
+  circuit_breaker b(
+      exact({.consecutive_failures = 1, .break_duration = 1s, .max_concurrent_calls = 2}));
   REQUIRE(b.try_acquire(0s));
   REQUIRE(b.try_acquire(0s));
   b.on_failure(0s); // opens; one attempt still in flight
@@ -474,8 +477,25 @@ TEST_CASE("max_in_flight: a refusal by the state takes no slot, and the cap hold
   CHECK(b.try_acquire(1200ms));
 }
 
-TEST_CASE("max_in_flight out of range is refused with its name") {
-  CHECK(rejection({.max_in_flight = 1'000'001}).find("max_in_flight") != std::string::npos);
+TEST_CASE("the default breaker options are the recommended ones") {
+  const circuit_breaker_options defaults{};
+  const circuit_breaker_options recommended = coretry::presets::overload_safe_breaker();
+  CHECK(defaults.consecutive_failures == 10);
+  CHECK(defaults.break_duration == 1s);
+  CHECK(defaults.consecutive_failures == recommended.consecutive_failures);
+  CHECK(defaults.break_duration == recommended.break_duration);
+  // A default breaker opens on the tenth failure in a row, for 1 s.
+  circuit_breaker b(exact({.failure_ratio = 0}));
+  fail_n(b, 9, 1s);
+  CHECK(b.state() == breaker_state::closed);
+  fail_n(b, 1, 1s);
+  CHECK(b.state() == breaker_state::open);
+  CHECK(b.open_until() == 2s);
+}
+
+TEST_CASE("max_concurrent_calls out of range is refused with its name") {
+  CHECK(rejection({.max_concurrent_calls = 1'000'001}).find("max_concurrent_calls") !=
+        std::string::npos);
 }
 
 // Part of issue 31: slow calls, a count-based window, the minimum number of calls.

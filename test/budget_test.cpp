@@ -68,7 +68,7 @@ TEST_CASE("the token bucket ignores the time it is given") {
 
 TEST_CASE("the ratio budget allows ratio times the requests of the window plus the reserve") {
   // 10 % of the requests, plus 1 retry per second of a 10 s window: 10 in reserve.
-  ratio_budget b({.ratio = 0.1, .min_retries_per_second = 1, .window = 10s, .buckets = 10});
+  ratio_budget b({.ratio = 0.1, .min_retries_per_second = 1, .window = 10s, .window_buckets = 10});
   for (int i = 0; i < 200; ++i)
     b.on_request(3s);
   CHECK(b.requests(3s) == 200);
@@ -87,7 +87,8 @@ TEST_CASE("the ratio budget allows ratio times the requests of the window plus t
 }
 
 TEST_CASE("the reserve lets a quiet client retry with no request seen, and charges nothing later") {
-  ratio_budget b({.ratio = 0.1, .min_retries_per_second = 0.5, .window = 10s, .buckets = 10});
+  ratio_budget b(
+      {.ratio = 0.1, .min_retries_per_second = 0.5, .window = 10s, .window_buckets = 10});
   CHECK(grant_all(b, 0s, 10) == 5); // 0.5/s over 10 s
   // Later requests earn their own share in full: the reserve was not a loan.
   for (int i = 0; i < 100; ++i)
@@ -104,7 +105,7 @@ TEST_CASE("with no reserve and no ratio the ratio budget refuses every retry") {
 
 TEST_CASE("requests and retries leave the window bucket by bucket") {
   // Buckets of 1 s: an event in [k s, (k+1) s) counts until (k+10) s.
-  ratio_budget b({.ratio = 0.5, .min_retries_per_second = 0, .window = 10s, .buckets = 10});
+  ratio_budget b({.ratio = 0.5, .min_retries_per_second = 0, .window = 10s, .window_buckets = 10});
   for (int i = 0; i < 10; ++i)
     b.on_request(500ms); // bucket 0
   for (int i = 0; i < 10; ++i)
@@ -123,7 +124,7 @@ TEST_CASE("requests and retries leave the window bucket by bucket") {
 }
 
 TEST_CASE("an outage is forgiven once it has left the window") {
-  ratio_budget b({.ratio = 0.1, .min_retries_per_second = 0, .window = 10s, .buckets = 10});
+  ratio_budget b({.ratio = 0.1, .min_retries_per_second = 0, .window = 10s, .window_buckets = 10});
   // Steady traffic, 100 requests a second, then retries use the whole share.
   for (int s = 0; s < 10; ++s)
     for (int i = 0; i < 100; ++i)
@@ -142,7 +143,7 @@ TEST_CASE("an outage is forgiven once it has left the window") {
 }
 
 TEST_CASE("the ratio budget holds at the exact boundary of its share") {
-  ratio_budget b({.ratio = 0.25, .min_retries_per_second = 0, .window = 4s, .buckets = 4});
+  ratio_budget b({.ratio = 0.25, .min_retries_per_second = 0, .window = 4s, .window_buckets = 4});
   for (int i = 0; i < 8; ++i)
     b.on_request(0s);
   CHECK(b.try_retry(0s));       // 1 <= 2
@@ -154,7 +155,7 @@ TEST_CASE("the ratio budget holds at the exact boundary of its share") {
 }
 
 TEST_CASE("the ratio budget works with times before the clock's epoch") {
-  ratio_budget b({.ratio = 1, .min_retries_per_second = 0, .window = 2s, .buckets = 2});
+  ratio_budget b({.ratio = 1, .min_retries_per_second = 0, .window = 2s, .window_buckets = 2});
   b.on_request(-1500ms); // bucket -2
   b.on_request(-1ns);    // bucket -1
   CHECK(b.requests(0s) == 1);
@@ -170,13 +171,13 @@ TEST_CASE("bad ratio budget options name the field and its value") {
   CHECK(rejection({.min_retries_per_second = -0.5}).find("min_retries_per_second = -0.5") !=
         std::string::npos);
   CHECK(rejection({.window = 0s}).find("window (ns) = 0") != std::string::npos);
-  CHECK(rejection({.buckets = 0}).find("buckets = 0") != std::string::npos);
-  CHECK(rejection({.window = 5ns, .buckets = 10}).find("buckets = 10") != std::string::npos);
+  CHECK(rejection({.window_buckets = 0}).find("buckets = 0") != std::string::npos);
+  CHECK(rejection({.window = 5ns, .window_buckets = 10}).find("buckets = 10") != std::string::npos);
   CHECK(rejection({}) == "valid");
 }
 
 TEST_CASE("two threads sharing one ratio budget never exceed its share") {
-  ratio_budget b({.ratio = 0.5, .min_retries_per_second = 0, .window = 10s, .buckets = 10});
+  ratio_budget b({.ratio = 0.5, .min_retries_per_second = 0, .window = 10s, .window_buckets = 10});
   for (int i = 0; i < 1000; ++i)
     b.on_request(1s);
   std::atomic<int> granted{0};
@@ -203,7 +204,7 @@ TEST_CASE("two threads sharing one ratio budget never exceed its share") {
 TEST_CASE("a window left alone for 2^31 or 2^32 buckets does not read its old counts as new") {
   for (const std::int64_t idle : {std::int64_t{1} << 31, std::int64_t{1} << 32}) {
     // 1 ms buckets: 25 and 50 days of uptime.
-    ratio_budget b({.ratio = 1, .min_retries_per_second = 0, .window = 10ms, .buckets = 10});
+    ratio_budget b({.ratio = 1, .min_retries_per_second = 0, .window = 10ms, .window_buckets = 10});
     for (int i = 0; i < 5; ++i)
       b.on_request(0ms);
     CHECK(b.requests(0ms) == 5);

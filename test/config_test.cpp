@@ -115,7 +115,7 @@ TEST_CASE("A6 hedging policy: four attempts .5s apart, three non-fatal codes") {
   CHECK(m.kind == method_kind::hedge);
   CHECK(m.policy.max_attempts == 4);
   CHECK(m.hedge.delay == 500ms);
-  CHECK(m.hedge.max_in_flight == 4);
+  CHECK(m.hedge.max_copies == 4);
   CHECK(m.policy.retry_if(unavailable));
   CHECK(m.policy.retry_if(internal));
   CHECK(m.policy.retry_if(aborted));
@@ -131,7 +131,7 @@ TEST_CASE("A6 hedging policy with hedgingDelay 0s sends all four at once; absent
             delay + R"( "nonFatalStatusCodes": ["UNAVAILABLE", "INTERNAL", "ABORTED"]}}]})",
         table());
     CHECK(sc.methods.at(0).hedge.delay == 0ns);
-    CHECK(sc.methods.at(0).hedge.max_in_flight == 4);
+    CHECK(sc.methods.at(0).hedge.max_copies == 4);
   }
 }
 
@@ -238,7 +238,7 @@ TEST_CASE("A6's limit: maxAttempts above 5 is 5, for retries and hedges; a clien
             R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 3.0}}]})", table())
             .methods.at(0)
             .policy.max_attempts == 3);
-  CHECK(read_service_config(hedge, table()).methods.at(0).hedge.max_in_flight == 5);
+  CHECK(read_service_config(hedge, table()).methods.at(0).hedge.max_copies == 5);
   CHECK(read_service_config(hedge, table(), {.max_attempts_limit = 7})
             .methods.at(0)
             .policy.max_attempts == 7);
@@ -474,10 +474,10 @@ TEST_CASE("own form: every field") {
       "breaker": {"consecutive_failures": 3, "failure_ratio": 0.25, "minimum_throughput": 10,
                   "window": "20s", "window_buckets": 20, "break_duration": "2s",
                   "break_jitter": 0.1, "half_open_probes": 2, "ramp": "1s",
-                  "retry_interval": "50ms", "max_in_flight": 100, "seed": 7},
+                  "retry_interval": "50ms", "max_concurrent_calls": 100, "seed": 7},
       "budget": {"kind": "ratio", "ratio": 0.2, "min_retries_per_second": 5, "window": "30s",
-                 "buckets": 30},
-      "hedge": {"delay": "80ms", "max_in_flight": 3}})",
+                 "window_buckets": 30},
+      "hedge": {"delay": "80ms", "max_copies": 3}})",
                               table());
   const auto& p = pc.policy;
   CHECK(p.max_attempts == 6);
@@ -501,16 +501,42 @@ TEST_CASE("own form: every field") {
   CHECK(breaker->options().consecutive_failures == 3);
   CHECK(breaker->options().failure_ratio == 0.25);
   CHECK(breaker->options().window == 20s);
-  CHECK(breaker->options().max_in_flight == 100);
+  CHECK(breaker->options().max_concurrent_calls == 100);
   CHECK(breaker->options().seed == std::optional<std::uint64_t>(7));
   const auto budget = std::dynamic_pointer_cast<coretry::ratio_budget>(p.budget);
   REQUIRE(budget != nullptr);
   CHECK(budget->options().ratio == 0.2);
   CHECK(budget->options().window == 30s);
-  CHECK(budget->options().buckets == 30);
+  CHECK(budget->options().window_buckets == 30);
   REQUIRE(pc.hedge.has_value());
   CHECK(pc.hedge->delay == 80ms);
-  CHECK(pc.hedge->max_in_flight == 3);
+  CHECK(pc.hedge->max_copies == 3);
+}
+
+TEST_CASE("own form: the 0.2 keys max_in_flight and buckets are still read; both names are "
+          "refused") {
+  const auto pc = read_policy(R"({"breaker": {"max_in_flight": 7},
+      "budget": {"kind": "ratio", "buckets": 4}, "hedge": {"max_in_flight": 3}})");
+  const auto breaker = std::dynamic_pointer_cast<coretry::circuit_breaker>(pc.policy.breaker);
+  REQUIRE(breaker != nullptr);
+  CHECK(breaker->options().max_concurrent_calls == 7);
+  const auto budget = std::dynamic_pointer_cast<coretry::ratio_budget>(pc.policy.budget);
+  REQUIRE(budget != nullptr);
+  CHECK(budget->options().window_buckets == 4);
+  REQUIRE(pc.hedge.has_value());
+  CHECK(pc.hedge->max_copies == 3);
+  CHECK(own_error(R"({"breaker": {"max_concurrent_calls": 2, "max_in_flight": 2}})") ==
+        "breaker.max_concurrent_calls: given with breaker.max_in_flight, its deprecated name "
+        "(give one)");
+  CHECK(own_error(R"({"budget": {"kind": "ratio", "window_buckets": 5, "buckets": 4}})") ==
+        "budget.window_buckets: given with budget.buckets, its deprecated name (give one)");
+  CHECK(own_error(R"({"hedge": {"max_copies": 2, "max_in_flight": 3}})") ==
+        "hedge.max_copies: given with hedge.max_in_flight, its deprecated name (give one)");
+  // A value out of range is named under the key given.
+  CHECK(own_error(R"({"hedge": {"max_in_flight": 0}})") == "hedge.max_in_flight: 0 is below 1");
+  CHECK(own_error(R"({"budget": {"kind": "ratio", "buckets": 0}})")
+            .rfind("budget.buckets: 0 is out of range (coretry::ratio_budget: window_buckets = ",
+                   0) == 0);
 }
 
 TEST_CASE("own form: a ratio budget reads limit_scheduled_retries, a boolean, false by default") {
@@ -568,7 +594,7 @@ TEST_CASE("own form: presets by name, fields on top; null removes a preset's bre
   CHECK(bare.policy.budget == nullptr);
   CHECK(read_policy(R"({"preset": "cloud_storage"})").policy.deadline == 10min);
   CHECK(read_policy(R"({"preset": "retry_forever"})").policy.max_attempts ==
-        std::numeric_limits<unsigned>::max());
+        coretry::unlimited_attempts);
   // Its breaker is the placeholder an endpoint_registry replaces (refused if none does).
   CHECK(coretry::detail::is_registry_placeholder(
       read_policy(R"({"preset": "overload_safe_per_endpoint"})").policy.breaker.get()));
@@ -650,7 +676,7 @@ TEST_CASE("own form refusals: unknown fields, wrong values, coretry's own ranges
         "budget.kind: missing (required: ratio or token_bucket)");
   CHECK(own_error(R"({"budget": {"kind": "token_bucket", "window": "1s"}})") ==
         "budget.window: unknown field");
-  CHECK(own_error(R"({"hedge": {"max_in_flight": 0}})") == "hedge.max_in_flight: 0 is below 1");
+  CHECK(own_error(R"({"hedge": {"max_copies": 0}})") == "hedge.max_copies: 0 is below 1");
   CHECK(own_error(R"({"seed": 1.5})") == "seed: 1.5 is not a whole number");
   CHECK(own_error("{\"label\": 1,}").rfind("$: malformed JSON at line 1, column 13 (byte 12)", 0) ==
         0);

@@ -127,7 +127,7 @@ TEST_CASE("narrowing the retry classifier does not change what the breaker hears
       if (narrow)
         p.retry_if = timeouts_only;
       coretry::hedge_stats stats;
-      const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 2}, stats);
+      const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 2}, stats);
       CHECK(r.completions == 1);
     }
     return counts_of(*breaker);
@@ -199,14 +199,14 @@ TEST_CASE("a hedge's attempts are classified by the breaker as the loop's are") 
   manual_clock::reset();
   asio::io_context io;
   auto gate = std::make_shared<fake_gate>();
-  // Every attempt starts at once (max_in_flight 1: one after another, on each failure): a
+  // Every attempt starts at once (max_copies 1: one after another, on each failure): a
   // permanent error the policy does not retry ends the operation but is a failure to the gate.
   scripted_op op{{fail(refused), fail(denied), succeed(3)}};
   retry_policy p{.max_attempts = 3};
   p.retry_if = [](const std::error_code& ec) { return ec != denied; };
   p.breaker = gate;
   coretry::hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 1}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 1}, stats);
   CHECK(r.error == denied);
   CHECK(gate->log == std::vector<std::string>{"failure", "failure"});
 }
@@ -252,7 +252,7 @@ TEST_CASE("a hedge hands the gate each attempt's health and duration as the loop
   scripted_op op{{fail(refused, 30ms), succeed(2, 70ms)}};
   retry_policy p{.max_attempts = 2, .breaker = gate};
   coretry::hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 1}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 1}, stats);
   CHECK(r.value == 2);
   REQUIRE(gate->heard.size() == 2);
   CHECK(gate->heard[0] == std::pair{health::unhealthy, std::chrono::nanoseconds(30ms)});

@@ -149,7 +149,7 @@ TEST_CASE("fail (the default), or a gate that cannot say when: stops at once wit
     CHECK(gate->asked == 0);
     CHECK(op.calls == 0);
   }
-  SUBCASE("attempt_gate::never") {
+  SUBCASE("a gate that cannot say when (coretry::unlimited)") {
     scripted_op op{{succeed(1)}};
     coretry::retry_stats stats;
     const auto r = run_retry(io, op, waiting(std::make_shared<closed_door>()), stats);
@@ -272,7 +272,7 @@ TEST_CASE("wait: a hedged operation waits for the breaker too") {
   scripted_op op{{succeed(9, 100ms)}};
   outcome o;
   coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, waiting(gate), {.delay = 50ms, .max_in_flight = 2},
+      io.get_executor(), [&] { return op(); }, waiting(gate), {.delay = 50ms, .max_copies = 2},
       record(o));
   drive(io, [&] { return o.completions > 0; });
   CHECK(o.completions == 1);
@@ -295,7 +295,7 @@ TEST_CASE("wait: a hedged operation cancelled while it waits completes once") {
   p.rate_limit = rate;
   outcome o;
   coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, {.delay = 50ms, .max_in_flight = 2}, record(o));
+      io.get_executor(), [&] { return op(); }, p, {.delay = 50ms, .max_copies = 2}, record(o));
   drive(io, [&] { return gate->refused > 0; });
   manual_clock::advance(10s);
   io.restart();
@@ -443,7 +443,7 @@ namespace {
 /// A budget of one retry per second of window (1 s, 10 buckets of 100 ms), nothing per request.
 std::shared_ptr<coretry::ratio_budget> one_retry_per_second() {
   return std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
-      .ratio = 0, .min_retries_per_second = 1, .window = 1s, .buckets = 10});
+      .ratio = 0, .min_retries_per_second = 1, .window = 1s, .window_buckets = 10});
 }
 } // namespace
 
@@ -512,8 +512,8 @@ TEST_CASE("wait: a ratio_budget that can never grant a retry says never; the wai
   for (const double reserve : {0.0, 0.5}) {
     CAPTURE(reserve);
     auto b = std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
-        .ratio = 0, .min_retries_per_second = reserve, .window = 1s, .buckets = 10});
-    CHECK(b->retry_after(0ms) == coretry::retry_budget::never);
+        .ratio = 0, .min_retries_per_second = reserve, .window = 1s, .window_buckets = 10});
+    CHECK(b->retry_after(0ms) == coretry::unlimited);
     manual_clock::reset();
     asio::io_context io;
     scripted_op op{{fail(refused), succeed(4)}};

@@ -110,7 +110,7 @@ TEST_CASE("attempts that fail without suspending never recurse, and the deadline
     many.max_attempts = 20'000;
     int value = 0;
     coretry::async_hedge<manual_timer>(io.get_executor(), quick, many,
-                                       {.delay = 0ns, .max_in_flight = 20'000},
+                                       {.delay = 0ns, .max_copies = 20'000},
                                        [&](std::error_code ec, int v) {
                                          CHECK_FALSE(ec);
                                          value = v;

@@ -135,7 +135,7 @@ TEST_CASE("the fastest attempt wins and every other running attempt is cancelled
   hedged_op op{{ok(1, 500ms), ok(2, 150ms), hangs()}};
   const retry_policy p{.max_attempts = 3};
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 3}, stats);
   CHECK(r.completions == 1);
   CHECK_FALSE(r.error);
   CHECK(r.value == 2);
@@ -160,7 +160,7 @@ TEST_CASE("no hedge starts after the winner completed") {
   hedged_op op{{ok(7, 90ms), ok(8, 10ms)}};
   const retry_policy p{.max_attempts = 5};
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 5}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 5}, stats);
   CHECK(r.value == 7);
   CHECK(op.records.size() == 1);
   CHECK(stats.attempts == 1);
@@ -170,7 +170,7 @@ TEST_CASE("no hedge starts after the winner completed") {
     manual_clock::reset();
     hedged_op op2{{ok(1, 130ms), ok(2, 10ms), ok(3, 10ms)}};
     hedge_stats s2;
-    const auto r2 = run_hedge(io, op2, p, {.delay = 50ms, .max_in_flight = 5}, s2);
+    const auto r2 = run_hedge(io, op2, p, {.delay = 50ms, .max_copies = 5}, s2);
     // 0: #1 (ends 130), 50: #2 (ends 60, wins): nothing starts at 100 ms or later.
     CHECK(r2.value == 2);
     CHECK(op2.starts() == std::vector<std::chrono::nanoseconds>{0ms, 50ms});
@@ -178,14 +178,14 @@ TEST_CASE("no hedge starts after the winner completed") {
   }
 }
 
-TEST_CASE("at most max_in_flight attempts run at once; a due hedge waits for a failure") {
+TEST_CASE("at most max_copies attempts run at once; a due hedge waits for a failure") {
   manual_clock::reset();
   asio::io_context io;
   // Every attempt fails after 1 s; a hedge is due every 10 ms.
   hedged_op op{{fails(refused, 1s)}};
   const retry_policy p{.max_attempts = 5};
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 10ms, .max_in_flight = 2}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 10ms, .max_copies = 2}, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == refused);
   CHECK(op.peak == 2);
@@ -204,7 +204,7 @@ TEST_CASE("a retryable failure starts the next attempt without waiting for the d
   const retry_policy p{.max_attempts = 3};
   hedge_stats stats;
   std::vector<coretry::hedge_event> events;
-  hedge_options h{.delay = 1s, .max_in_flight = 2};
+  hedge_options h{.delay = 1s, .max_copies = 2};
   h.on_hedge = [&](const coretry::hedge_event& e) { events.push_back(e); };
   const auto r = run_hedge(io, op, p, h, stats);
   CHECK(r.value == 5);
@@ -223,7 +223,7 @@ TEST_CASE("when every attempt fails the operation completes once with the last e
   hedged_op op{{fails(refused, 300ms), fails(refused, 300ms), fails(reset, 10ms)}};
   retry_policy p{.max_attempts = 3};
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 3}, stats);
   CHECK(r.completions == 1);
   // #1 fails at 300, #2 at 400, #3 (started at 200) at 210: #2 fails last.
   CHECK(r.error == refused);
@@ -252,7 +252,7 @@ TEST_CASE("a failure the policy does not retry ends the operation and cancels th
   retry_policy p{.max_attempts = 3};
   p.retry_if = [](const std::error_code& ec) { return ec != denied; };
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 3}, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == denied);
   CHECK(stats.reason == denied);
@@ -273,7 +273,7 @@ TEST_CASE("cancelling the caller's slot during hedges completes once with operat
   asio::cancellation_signal cancel;
   outcome r;
   coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, {.delay = 100ms, .max_in_flight = 3}, stats,
+      io.get_executor(), [&] { return op(); }, p, {.delay = 100ms, .max_copies = 3}, stats,
       asio::bind_cancellation_slot(cancel.slot(), coretry::test::record(r)));
   io.poll();
   for (int i = 0; i < 2; ++i) { // three attempts running
@@ -378,7 +378,7 @@ TEST_CASE("the breaker hears exactly one outcome for each attempt it granted") {
   retry_policy p{.max_attempts = 3};
   p.breaker = gate;
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 2}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 2}, stats);
   CHECK(r.value == 9);
   CHECK(gate->granted == 3);
   CHECK(gate->log == std::vector<std::string>{"failure", "success", "abandoned"});
@@ -411,7 +411,7 @@ TEST_CASE("a hedge's failure carrying Retry-After is a push-back for the breaker
   };
   hedge_stats stats;
   const auto start = manual_clock::elapsed();
-  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 1}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 1}, stats);
   CHECK(r.value == 4);
   CHECK(manual_clock::elapsed() == start);
   CHECK(gate->log == std::vector<std::string>{"pushback", "failure", "pushback", "success"});
@@ -425,7 +425,7 @@ TEST_CASE("each hedge is a retry for the budget") {
   retry_policy p{.max_attempts = 3};
   p.budget = budget;
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = 50ms, .max_in_flight = 3}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = 50ms, .max_copies = 3}, stats);
   CHECK(r.value == 4);
   CHECK(budget->requests == 1); // one operation
   CHECK(budget->asked == 2);    // two hedges
@@ -467,7 +467,7 @@ TEST_CASE("attempt timeouts start the next hedge; the deadline ends everything")
   retry_policy p{.max_attempts = 10, .deadline = 1s, .attempt_timeout = 300ms};
   p.breaker = gate;
   hedge_stats stats;
-  const auto r = run_hedge(io, op, p, {.delay = coretry::unlimited, .max_in_flight = 2}, stats);
+  const auto r = run_hedge(io, op, p, {.delay = coretry::unlimited, .max_copies = 2}, stats);
   CHECK(r.completions == 1);
   CHECK(r.error == coretry::errc::deadline_exceeded);
   CHECK(stats.reason == coretry::errc::deadline_exceeded);
@@ -585,7 +585,7 @@ TEST_CASE("invalid hedge options are refused at the call") {
   asio::io_context io;
   hedged_op op{{ok(1, 1ms)}};
   CHECK_THROWS_AS(coretry::async_hedge(
-                      io.get_executor(), [&] { return op(); }, {}, {.max_in_flight = 0},
+                      io.get_executor(), [&] { return op(); }, {}, {.max_copies = 0},
                       [](std::error_code, int) {}),
                   std::invalid_argument);
   CHECK_THROWS_AS(coretry::async_hedge(
@@ -672,7 +672,7 @@ TEST_CASE("stress: hedged operations on two threads, random outcomes, cancelled 
         throw std::system_error(refused);
       co_return static_cast<int>(r % 100);
     };
-    hedge_options h{.delay = 200us, .max_in_flight = 3};
+    hedge_options h{.delay = 200us, .max_copies = 3};
     h.on_hedge = [&](const coretry::hedge_event&) { ++hedges; };
     const auto k = static_cast<std::size_t>(i);
     coretry::async_hedge(

@@ -44,7 +44,7 @@ std::string name_of(twin t) {
 
 /// One attempt at a time, a new one as soon as one fails: the hedge closest to a retry.
 coretry::hedge_options sequential() {
-  return {.delay = coretry::unlimited, .max_in_flight = 1};
+  return {.delay = coretry::unlimited, .max_copies = 1};
 }
 
 /// Starts `op` through `t` on `ex` with `policy`, completing into `handler`.
@@ -219,7 +219,7 @@ TEST_CASE("a hedge whose loser is still running when the winner returns frees it
   scripted_op op{{hang(), succeed(7, 5ms)}};
   const allocator_run run = run_counted(
       twin::hedge, io, counts, [&] { return op(); },
-      coretry::hedge_options{.delay = 10ms, .max_in_flight = 2});
+      coretry::hedge_options{.delay = 10ms, .max_copies = 2});
   CHECK(run.calls == 1);
   CHECK_FALSE(run.error);
   CHECK(run.value == 7);

@@ -268,7 +268,7 @@ TEST_CASE("a hedge emits started, abandoned and finished for every attempt") {
   auto p = fixed(3, rec);
   p.label = "h";
   coretry::hedge_stats stats;
-  const auto out = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 3}, stats);
+  const auto out = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 3}, stats);
   CHECK_FALSE(out.error);
   CHECK(out.completions == 1);
   CHECK(out.value == 2);
@@ -309,7 +309,7 @@ TEST_CASE("an observer that throws changes nothing: the operation completes once
   SUBCASE("hedge") {
     scripted_op op{{succeed(1, 500ms), succeed(2, 150ms), hang()}};
     coretry::hedge_stats stats;
-    const auto out = run_hedge(io, op, fixed(3, boom), {.delay = 100ms, .max_in_flight = 3}, stats);
+    const auto out = run_hedge(io, op, fixed(3, boom), {.delay = 100ms, .max_copies = 3}, stats);
     CHECK_FALSE(out.error);
     CHECK(out.completions == 1);
     CHECK(out.value == 2);
@@ -463,7 +463,7 @@ TEST_CASE("a hedge cut by the deadline reports hedge_abandoned for the running a
   p.deadline = 250ms;
   int completions = 0;
   coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, {.delay = 100ms, .max_in_flight = 2},
+      io.get_executor(), [&] { return op(); }, p, {.delay = 100ms, .max_copies = 2},
       [&](std::error_code ec, int) {
         ++completions;
         CHECK(ec == coretry::errc::deadline_exceeded);

@@ -122,8 +122,8 @@ TEST_CASE("a Prometheus server scraping the exposer sees exactly what the operat
   scripted_op h{{succeed(1, 500ms), succeed(2, 150ms), hang()}};
   int done = 0;
   coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return h(); }, fixed(3, obs, "h"),
-      {.delay = 100ms, .max_in_flight = 3}, [&](std::error_code, int) { ++done; });
+      io.get_executor(), [&] { return h(); }, fixed(3, obs, "h"), {.delay = 100ms, .max_copies = 3},
+      [&](std::error_code, int) { ++done; });
   drive(io, [&] { return done > 0; });
   drive(io, [] { return false; });
   REQUIRE(done == 1);

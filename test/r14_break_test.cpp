@@ -171,7 +171,7 @@ TEST_CASE("a context destroyed while copies run and a hedge waits destroys the h
       p.cancellation = group.token();
       coretry::async_hedge<manual_timer>(
           io.get_executor(), counted_op{op_alive, &op}, p,
-          hedge_options{.delay = 10ms, .max_in_flight = 3},
+          hedge_options{.delay = 10ms, .max_copies = 3},
           asio::bind_cancellation_slot(
               caller.slot(), asio::bind_allocator(r14_allocator<void>(counts),
                                                   counted_handler{handler_alive, &calls, &got})));
@@ -222,8 +222,7 @@ TEST_CASE("a context destroyed after the winner decided, with the loser's cancel
       };
       p.observer = std::make_shared<stopper>(&io, &decided);
       coretry::async_hedge<manual_timer>(
-          io.get_executor(), [&] { return op(); }, p,
-          hedge_options{.delay = 10ms, .max_in_flight = 2},
+          io.get_executor(), [&] { return op(); }, p, hedge_options{.delay = 10ms, .max_copies = 2},
           asio::bind_allocator(r14_allocator<void>(counts),
                                counted_handler{handler_alive, &calls, &got}));
       drive(io, [&] { return decided; });
@@ -255,8 +254,7 @@ TEST_CASE("with the caller's slot and a group token bound, every block of the ha
     retry_policy p{.max_attempts = 3};
     p.cancellation = group.token();
     coretry::async_hedge<manual_timer>(
-        io.get_executor(), [&] { return op(); }, p,
-        hedge_options{.delay = 10ms, .max_in_flight = 3},
+        io.get_executor(), [&] { return op(); }, p, hedge_options{.delay = 10ms, .max_copies = 3},
         asio::bind_cancellation_slot(
             caller.slot(), asio::bind_allocator(r14_allocator<void>(counts),
                                                 asio::bind_executor(asio::make_strand(io),
@@ -303,7 +301,7 @@ TEST_CASE("the caller's slot emitted from another thread while copies run and a 
     auto on_io = asio::make_strand(io);
     asio::post(on_io, [&] {
       coretry::async_hedge(io.get_executor(), hanging_op{&calls}, retry_policy{.max_attempts = 5},
-                           hedge_options{.delay = 1ms, .max_in_flight = 3},
+                           hedge_options{.delay = 1ms, .max_copies = 3},
                            asio::bind_cancellation_slot(
                                caller.slot(), asio::bind_executor(on_io, [&](error_code ec, int) {
                                  got = ec;
@@ -338,7 +336,7 @@ TEST_CASE("the group token cancelled from another thread while copies run comple
     retry_policy p{.max_attempts = 5};
     p.cancellation = group.token();
     coretry::async_hedge(io.get_executor(), hanging_op{&calls}, p,
-                         hedge_options{.delay = 1ms, .max_in_flight = 3}, [&](error_code ec, int) {
+                         hedge_options{.delay = 1ms, .max_copies = 3}, [&](error_code ec, int) {
                            got = ec;
                            if (++completions == 1)
                              done.set_value();
@@ -371,7 +369,7 @@ TEST_CASE("a group cancelled from a hook as a hedge starts sends no copy, and ev
   hedge_stats stats;
   coretry::test::outcome o;
   coretry::async_hedge<manual_timer>(
-      io.get_executor(), [&] { return op(); }, p, hedge_options{.delay = 10ms, .max_in_flight = 3},
+      io.get_executor(), [&] { return op(); }, p, hedge_options{.delay = 10ms, .max_copies = 3},
       stats, coretry::test::record(o));
   drive(io, [] { return false; });
   CHECK(o.completions == 1);
@@ -396,7 +394,7 @@ TEST_CASE("the handler runs on its associated executor, never on the operation's
   bool loser_returned = false;
   coretry::async_hedge<manual_timer>(
       io.get_executor(), [&] { return op(); }, retry_policy{.max_attempts = 2},
-      hedge_options{.delay = 10ms, .max_in_flight = 2},
+      hedge_options{.delay = 10ms, .max_copies = 2},
       asio::bind_executor(home_strand, [&](error_code ec, int v) {
         ++calls;
         on_home = home_strand.running_in_this_thread();
@@ -444,7 +442,7 @@ TEST_CASE("on a two-thread pool, the copies, the hooks and the observer never ru
       busy();
       leave();
     });
-    hedge_options h{.delay = std::chrono::microseconds(20), .max_in_flight = 3};
+    hedge_options h{.delay = std::chrono::microseconds(20), .max_copies = 3};
     h.on_hedge = [&](const coretry::hedge_event&) {
       enter();
       busy();
@@ -482,7 +480,7 @@ TEST_CASE("an attempt that throws something other than system_error while a copy
   // Named outside the co_await expression: g++ 12 miscompiles an aggregate temporary built
   // inside one (detail/braced_policy.hpp).
   const retry_policy policy{.max_attempts = 3, .breaker = gate};
-  const hedge_options hedge{.delay = 10ms, .max_in_flight = 2};
+  const hedge_options hedge{.delay = 10ms, .max_copies = 2};
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
@@ -514,7 +512,7 @@ TEST_CASE("a handler that throws lets the exception out of run() once, and the h
     int calls = 0;
     coretry::async_hedge<manual_timer>(
         io.get_executor(), [&] { return op(); }, retry_policy{.max_attempts = 2},
-        hedge_options{.delay = 10ms, .max_in_flight = 2},
+        hedge_options{.delay = 10ms, .max_copies = 2},
         asio::bind_allocator(r14_allocator<void>(counts), [&](error_code, int) {
           ++calls;
           throw std::runtime_error("handler");
@@ -550,10 +548,10 @@ TEST_CASE("a hedge on a shared_policy copies its hooks and group token, and leav
   coretry::test::outcome b;
   coretry::async_hedge<manual_timer>(
       io.get_executor(), [&] { return op(); }, shared,
-      hedge_options{.delay = 10ms, .max_in_flight = 2}, coretry::test::record(a));
+      hedge_options{.delay = 10ms, .max_copies = 2}, coretry::test::record(a));
   coretry::async_hedge<manual_timer>(
       io.get_executor(), [&] { return op(); }, shared,
-      hedge_options{.delay = 10ms, .max_in_flight = 2}, coretry::test::record(b));
+      hedge_options{.delay = 10ms, .max_copies = 2}, coretry::test::record(b));
   drive(io, [&] { return op.calls == 4; });
   REQUIRE(op.calls == 4);
   group.cancel();
@@ -597,7 +595,7 @@ TEST_CASE("a context destroyed before the posted start ran destroys the handler 
       p.cancellation = group.token();
       coretry::async_hedge<manual_timer>(
           io.get_executor(), counted_op{op_alive, &op}, p,
-          hedge_options{.delay = 10ms, .max_in_flight = 2},
+          hedge_options{.delay = 10ms, .max_copies = 2},
           asio::bind_allocator(r14_allocator<void>(counts),
                                counted_handler{handler_alive, &calls, &got}));
       REQUIRE(counts->outstanding() > 0);
@@ -621,7 +619,7 @@ TEST_CASE("a context destroyed with copies in flight gives back the work it held
     asio::io_context io;
     coretry::async_hedge<manual_timer>(
         io.get_executor(), [&] { return op(); }, retry_policy{.max_attempts = 3},
-        hedge_options{.delay = 10ms, .max_in_flight = 2},
+        hedge_options{.delay = 10ms, .max_copies = 2},
         asio::bind_executor(home, [&](error_code, int) { ++calls; }));
     drive(io, [&] { return op.calls == 2; });
     REQUIRE(op.calls == 2);
@@ -662,7 +660,7 @@ TEST_CASE("with no hedge delay, a cancellation from the first copy's own start s
     p.cancellation = group.token();
     coretry::test::outcome o;
     coretry::async_hedge<manual_timer>(
-        io.get_executor(), op, p, hedge_options{.delay = 0ns, .max_in_flight = 3},
+        io.get_executor(), op, p, hedge_options{.delay = 0ns, .max_copies = 3},
         asio::bind_cancellation_slot(caller.slot(), coretry::test::record(o)));
     drive(io, [] { return false; });
     CHECK(o.completions == 1);
@@ -685,7 +683,7 @@ TEST_CASE("a handler whose executor refuses it lets that exception out of run() 
     std::error_code got;
     coretry::async_hedge<manual_timer>(
         io.get_executor(), [&] { return op(); }, retry_policy{.max_attempts = 2},
-        hedge_options{.delay = 10ms, .max_in_flight = 2},
+        hedge_options{.delay = 10ms, .max_copies = 2},
         asio::bind_allocator(r14_allocator<void>(counts),
                              asio::bind_executor(refusing_executor{&io},
                                                  counted_handler{handler_alive, &calls, &got})));
@@ -740,8 +738,7 @@ TEST_CASE("a hedge paced by its send rate, cancelled or torn down while it waits
       asio::io_context io;
       retry_policy p{.max_attempts = 3, .rate_limit = rate};
       coretry::async_hedge<manual_timer>(
-          io.get_executor(), [&] { return op(); }, p,
-          hedge_options{.delay = 10ms, .max_in_flight = 2},
+          io.get_executor(), [&] { return op(); }, p, hedge_options{.delay = 10ms, .max_copies = 2},
           asio::bind_cancellation_slot(caller.slot(), [&, handler_alive](error_code ec, int) {
             ++calls;
             got = ec;

@@ -145,7 +145,9 @@ template <class Start> void start_inside(asio::io_context& io, window& w, Start 
 }
 
 struct refusing_rate final : coretry::send_rate {
-  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override { return refused; }
+  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override {
+    return coretry::unlimited;
+  }
   void on_throttle(std::chrono::nanoseconds) noexcept override {}
   void on_success(std::chrono::nanoseconds) noexcept override {}
 };

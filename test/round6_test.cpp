@@ -167,7 +167,7 @@ TEST_CASE("async_hedge: an attempt whose initiation throws a system_error is a f
     std::error_code got;
     int value = 0;
     coretry::async_hedge(io.get_executor(), std::ref(op), no_wait(3),
-                         coretry::hedge_options{.delay = 1h, .max_in_flight = 2},
+                         coretry::hedge_options{.delay = 1h, .max_copies = 2},
                          [&](std::error_code ec, int v) {
                            ++calls;
                            got = ec;

@@ -43,11 +43,15 @@ enum class sliding_window : std::uint8_t {
 CORETRY_API const char* to_string(sliding_window w) noexcept;
 
 /// Settings of a `circuit_breaker`. Each trigger can be switched off (0; the slow-call one by
-/// leaving `slow_call_duration` unlimited), not all of them.
+/// leaving `slow_call_duration` unlimited), not all of them. The defaults of `consecutive_failures`
+/// and `break_duration` are the recommended ones (`presets::overload_safe_breaker()`).
+CORETRY_ALLOW_DEPRECATED_BEGIN // the implicit members copy `max_in_flight` without a warning
 struct circuit_breaker_options {
   /// Opens after this many failures in a row while closed (a success resets the run).
-  /// 0: this trigger is off. At most 1,000,000.
-  unsigned consecutive_failures = 5;
+  /// 0: this trigger is off. At most 1,000,000. The default, 10 (5 before 0.3), is the
+  /// recommended value: at a 30 % error rate 5 failures in a row come by chance every few hundred
+  /// attempts, 10 about once in 170,000, and a stopped upstream's timeouts still come together.
+  unsigned consecutive_failures = 10;
   /// Opens when, over the last `window`, failures / (successes + failures) reaches this ratio
   /// with at least `minimum_throughput` outcomes seen. In [0, 1]; 0: this trigger is off.
   double failure_ratio = 0.5;
@@ -68,15 +72,17 @@ struct circuit_breaker_options {
   unsigned window_calls = 100;
   /// A healthy attempt that took longer than this, from its grant to its outcome, is a slow call
   /// (resilience4j's `slowCallDurationThreshold`): the upstream answers, but too slowly (a
-  /// brownout). `nanoseconds::max()` (`coretry::unlimited`, the default): no call is slow, and
+  /// brownout). `coretry::unlimited` (the default): no call is slow, and
   /// this trigger is off. Positive.
-  std::chrono::nanoseconds slow_call_duration = std::chrono::nanoseconds::max();
+  std::chrono::nanoseconds slow_call_duration = unlimited;
   /// Opens when slow calls / outcomes in the window reach this ratio, with at least
   /// `minimum_throughput` outcomes (resilience4j's `slowCallRateThreshold`). In (0, 1]; used only
   /// with a `slow_call_duration`.
   double slow_call_ratio = 1.0;
-  /// How long the breaker stays open before it lets probes through. Positive.
-  std::chrono::nanoseconds break_duration = std::chrono::seconds(5);
+  /// How long the breaker stays open before it lets probes through. Positive. The default, 1 s
+  /// (5 s before 0.3), is the recommended value: a short break probes a recovered upstream soon,
+  /// and a failed probe opens the breaker again at once.
+  std::chrono::nanoseconds break_duration = std::chrono::seconds(1);
   /// Each break lasts `break_duration * u`, u uniform in [1 - break_jitter, 1 + break_jitter],
   /// so that clients which opened together do not probe together. In [0, 1).
   double break_jitter = 0.2;
@@ -100,8 +106,13 @@ struct circuit_breaker_options {
   /// that stopped answering receives before the first timeouts open the breaker: without it,
   /// every request of the detection window (the attempt timeout) is sent and queued there.
   /// Size it above the attempts normally in flight (request rate × latency) with room for bursts
-  /// and slow periods. 0 (the default): no limit. At most 1,000,000.
-  unsigned max_in_flight = 0;
+  /// and slow periods. 0 (the default): no limit. At most 1,000,000. resilience4j's bulkhead
+  /// `maxConcurrentCalls`; 0.2 called it `max_in_flight`.
+  unsigned max_concurrent_calls = 0;
+  /// 0.2's name of `max_concurrent_calls`, read only while `max_concurrent_calls` is left at its
+  /// default (0); set both to different non-zero values and the breaker refuses the options
+  /// (`std::invalid_argument` naming both).
+  [[deprecated("use max_concurrent_calls")]] unsigned max_in_flight = 0;
   /// The breaker's own health classification of an attempt's outcome (`attempt_gate::classify`),
   /// apart from what the policy retries: what it counts as a failure (`health::unhealthy`), a
   /// push-back, or healthy. Empty (the default): `default_health`, which counts transport
@@ -121,6 +132,17 @@ struct circuit_breaker_options {
   std::function<void(breaker_state from, breaker_state to, std::chrono::nanoseconds now)>
       on_transition{};
 };
+CORETRY_ALLOW_DEPRECATED_END
+
+namespace detail {
+/// The bulkhead limit `o` asks for: `max_concurrent_calls`, or the deprecated `max_in_flight`
+/// while `max_concurrent_calls` is 0. The library's one read of `max_in_flight`.
+inline unsigned max_concurrent_calls(const circuit_breaker_options& o) noexcept {
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  return o.max_concurrent_calls != 0 ? o.max_concurrent_calls : o.max_in_flight;
+  CORETRY_ALLOW_DEPRECATED_END
+}
+} // namespace detail
 
 /// A circuit breaker, shared through `std::shared_ptr` by every operation towards one upstream
 /// (`retry_policy::breaker`).
@@ -149,7 +171,7 @@ struct circuit_breaker_options {
 /// - **push-back** (`on_pushback`: an HTTP 429 or an answer carrying `Retry-After`, see
 ///   `retry_policy::pushback_if`): the upstream answered and asked for less traffic; the loop
 ///   honours its hint, and the breaker counts it as neither failure nor success.
-/// - **in-flight limit** (when `max_in_flight` is set): in every state, an attempt is refused
+/// - **bulkhead** (when `max_concurrent_calls` is set): in every state, an attempt is refused
 ///   while that many granted attempts have no outcome yet.
 /// - **ramp** (when `ramp` is set): for `ramp` after closing, the breaker is closed but lets
 ///   an attempt through with probability rising linearly from 0 to 1.
@@ -157,7 +179,8 @@ struct circuit_breaker_options {
 /// An operation that waits instead of failing (`retry_policy::when_open = on_open::wait`) asks
 /// `retry_after` after a refusal: while open, until the end of the break plus a jitter of up to
 /// `retry_interval`; while half-open or ramping, `retry_interval` jittered; while isolated,
-/// `never` (only `reset` ends an isolation, so a waiting operation stops at once).
+/// `coretry::unlimited` ("cannot say when": only `reset` ends an isolation, so a waiting
+/// operation stops at once).
 ///
 /// - **isolated** (manual control, as Polly's `Isolate` and resilience4j's forced-open state):
 ///   `isolate(now)` refuses every attempt, whatever the outcomes and the time, until
@@ -242,9 +265,9 @@ public:
   std::uint64_t failures() const noexcept { return failures_.load(std::memory_order_relaxed); }
   /// Push-backs reported since construction (`on_pushback`).
   std::uint64_t pushbacks() const noexcept { return pushbacks_.load(std::memory_order_relaxed); }
-  /// Granted attempts without an outcome yet (counted only with `max_in_flight`).
+  /// Granted attempts without an outcome yet (counted only with `max_concurrent_calls`).
   unsigned in_flight() const noexcept { return in_flight_.load(std::memory_order_relaxed); }
-  /// Attempts refused by `max_in_flight` since construction (also counted in `refusals()`).
+  /// Attempts refused by `max_concurrent_calls` since construction (also counted in `refusals()`).
   std::uint64_t in_flight_refusals() const noexcept {
     return in_flight_refusals_.load(std::memory_order_relaxed);
   }

@@ -4,6 +4,7 @@
 /// Retry budgets: limits shared by many operations so that retries cannot multiply an outage.
 
 #include <coretry/export.hpp>
+#include <coretry/limits.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -40,15 +41,17 @@ public:
   /// Takes back a retry `try_retry(granted_at)` granted that was not sent. The default does
   /// nothing.
   virtual void refund(std::chrono::nanoseconds /*granted_at*/) noexcept {}
-  /// What `retry_after` returns when it cannot say (the default).
-  static constexpr std::chrono::nanoseconds never = std::chrono::nanoseconds::max();
+  /// 0.2's name for `coretry::unlimited` as `retry_after`'s answer "cannot say when".
+  [[deprecated("use coretry::unlimited")]] static constexpr std::chrono::nanoseconds never =
+      unlimited;
   /// Asked after `try_retry` refused at `now` by an operation willing to wait
   /// (`retry_policy::when_open = on_open::wait`): how long until the budget may have room again,
   /// as a positive duration. The operation sleeps that long (jittered up by as much as half
-  /// again), holding nothing, then asks `try_retry` again. `never` (the default), zero or a
-  /// negative value: it stops with `errc::budget_exhausted` at once.
+  /// again), holding nothing, then asks `try_retry` again. `coretry::unlimited` (the default: the
+  /// budget cannot say when), zero or a negative value: it stops with `errc::budget_exhausted`
+  /// at once.
   virtual std::chrono::nanoseconds retry_after(std::chrono::nanoseconds /*now*/) noexcept {
-    return never;
+    return unlimited;
   }
   /// Whether a retry a rate limiter invited needs this budget's grant: one after an answer in
   /// `coretry::condition::pushback` (an HTTP 429, as the attempt's health code or error) that
@@ -91,17 +94,24 @@ private:
 
 /// Settings of a `ratio_budget`; the defaults are Finagle's window and reserve with the 10 %
 /// share that "Preventing Retry Storms: Exponential Backoff and Jitter Design" recommends.
+CORETRY_ALLOW_DEPRECATED_BEGIN // the implicit members copy `buckets` without a warning
 struct ratio_budget_options {
   /// Retries allowed per request seen in the window. In [0, 100].
   double ratio = 0.1;
   /// Retries allowed per second of window whatever the traffic, so that a quiet client can still
-  /// retry. In [0, 1e9].
+  /// retry. In [0, 1e9]. The default, 10, is a per-process reserve (Finagle's default);
+  /// `presets::overload_safe_budget()` keeps 1, for a fleet whose reserves add up.
   double min_retries_per_second = 10.0;
   /// How far back requests and retries are remembered. Positive.
   std::chrono::nanoseconds window = std::chrono::seconds(10);
-  /// How finely the window slides: it moves on by `window / buckets` at a time. In [1, 1000],
-  /// and `window / buckets` must be at least 1 ns.
-  unsigned buckets = 10;
+  /// How finely the window slides: it moves on by `window / window_buckets` at a time. In
+  /// [1, 1000], and `window / window_buckets` must be at least 1 ns. The name the breaker and the
+  /// throttle use for the same thing; 0.2 called it `buckets`.
+  unsigned window_buckets = 10;
+  /// 0.2's name of `window_buckets`, read only while `window_buckets` is left at its default (10);
+  /// set both to different values other than 10 and the budget refuses the options
+  /// (`std::invalid_argument` naming both).
+  [[deprecated("use window_buckets")]] unsigned buckets = 10;
   /// Whether a retry a rate limiter invited (an HTTP 429 with `Retry-After`, waited; see
   /// `retry_budget::limits_scheduled_retries`) is asked of this budget too. False (the default):
   /// it goes through uncounted, since the budget bounds the retries clients decide on their own,
@@ -110,6 +120,17 @@ struct ratio_budget_options {
   /// Finagle's budget counts them. Retries after a 503 with `Retry-After` always count.
   bool limit_scheduled_retries = false;
 };
+CORETRY_ALLOW_DEPRECATED_END
+
+namespace detail {
+/// The window's bucket count `o` asks for: `window_buckets`, or the deprecated `buckets` while
+/// `window_buckets` is left at its default. The library's one read of `buckets`.
+inline unsigned window_buckets(const ratio_budget_options& o) noexcept {
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  return o.window_buckets != ratio_budget_options{}.window_buckets ? o.window_buckets : o.buckets;
+  CORETRY_ALLOW_DEPRECATED_END
+}
+} // namespace detail
 
 /// A sliding-window retry budget (Finagle's): a retry is allowed while, counting it, the retries
 /// of the last `window` do not exceed `ratio` x the requests of the last `window` plus a reserve
@@ -121,9 +142,10 @@ struct ratio_budget_options {
 /// a standing allowance, not a loan: nothing granted from it is charged to later requests.
 /// With the defaults, 1,000 requests in the last 10 s allow 100 + 100 retries in those 10 s.
 ///
-/// The window is made of `buckets` buckets of `window / buckets`; an event is counted from its
-/// bucket's start for `buckets` buckets, that is for between `window - window / buckets` and
-/// `window`. Only requests and granted retries are counted (attempt outcomes do not matter).
+/// The window is made of `window_buckets` buckets of `window / window_buckets`; an event is
+/// counted from its bucket's start for `window_buckets` buckets, that is for between
+/// `window - window / window_buckets` and `window`. Only requests and granted retries are counted
+/// (attempt outcomes do not matter).
 ///
 /// Thread-safe and lock-free: one atomic word per bucket. A retry is counted first and taken
 /// back when it turns out over the limit, so threads racing for the last retries of a window
@@ -146,8 +168,8 @@ public:
   /// `ratio_budget_options::limit_scheduled_retries`.
   bool limits_scheduled_retries() const noexcept override;
   /// Until the window next slides (the start of the next bucket), when its oldest retries leave
-  /// it; `never` when no window can ever grant a retry (`ratio` 0 and a reserve of less than
-  /// one retry per window), so that a waiting operation stops at once.
+  /// it; `coretry::unlimited` (cannot say when) when no window can ever grant a retry (`ratio` 0
+  /// and a reserve of less than one retry per window), so that a waiting operation stops at once.
   std::chrono::nanoseconds retry_after(std::chrono::nanoseconds now) noexcept override;
 
   /// The options it was built with.

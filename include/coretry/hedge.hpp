@@ -5,7 +5,7 @@
 /// `async_hedge(executor, op, policy, hedge, token)`.
 ///
 /// A hedged operation starts one attempt; when no attempt has succeeded `hedge.delay` after the
-/// latest one started, it starts another one beside it, up to `hedge.max_in_flight` running at
+/// latest one started, it starts another one beside it, up to `hedge.max_copies` running at
 /// once and `policy.max_attempts` in all. The first success wins; every other attempt still
 /// running is then cancelled through Asio per-operation cancellation, and the operation
 /// completes, once, when all of them have returned. A retryable failure starts the next attempt
@@ -64,6 +64,7 @@
 
 #include <coretry/detail/asio.hpp>
 #include <coretry/detail/braced_policy.hpp>
+#include <coretry/detail/refuse.hpp>
 #include <coretry/policy.hpp>
 
 #include <chrono>
@@ -88,30 +89,51 @@ struct hedge_event {
 /// How a hedged operation spreads its attempts. With the defaults, a second attempt starts when
 /// the first has not succeeded within 100 ms, and a third when neither has 100 ms later (with
 /// `retry_policy`'s default of 3 attempts), two at most at once.
+CORETRY_ALLOW_DEPRECATED_BEGIN // the implicit members copy `max_in_flight` without a warning
 struct hedge_options {
   /// How long to wait, after an attempt starts, before starting the next one while none has
   /// succeeded. Set it near the upstream's usual high percentile of latency (p95, say): lower,
-  /// and most calls are sent twice. Zero starts `max_in_flight` attempts at once;
+  /// and most calls are sent twice. Zero starts `max_copies` attempts at once;
   /// `coretry::unlimited` starts a new one only when one fails. Must not be negative.
   nanoseconds delay = std::chrono::milliseconds(100);
   /// Attempts running at once, the first included. A hedge due while this many run starts when
   /// one of them fails. At least 1 (1: attempts never overlap, and the next one starts as soon
-  /// as the running one fails: a retry without backoff).
-  unsigned max_in_flight = 2;
+  /// as the running one fails: a retry without backoff). Copies of this one operation, not a
+  /// limit across operations (that is `circuit_breaker_options::max_concurrent_calls`); 0.2
+  /// called it `max_in_flight`.
+  unsigned max_copies = 2;
+  /// 0.2's name of `max_copies`, read only while `max_copies` is left at its default (2); set
+  /// both to different values other than 2 and `validate` refuses them (naming both).
+  [[deprecated("use max_copies")]] unsigned max_in_flight = 2;
   /// Called when an attempt after the first starts, on the operation's strand. A hook that
   /// throws ends the operation with `errc::unexpected_exception`.
   std::function<void(const hedge_event&)> on_hedge{};
 
   /// Throws `std::invalid_argument` naming the field and its value when out of range.
   void validate() const {
+    constexpr const char* where = "coretry::hedge_options";
     if (delay < nanoseconds::zero())
-      throw std::invalid_argument("coretry::hedge_options: delay must not be negative, got " +
-                                  std::to_string(delay.count()) + " ns");
-    if (max_in_flight == 0)
-      throw std::invalid_argument(
-          "coretry::hedge_options: max_in_flight must be at least 1, got 0");
+      detail::refuse(where, "delay", std::to_string(delay.count()) + "ns", "must not be negative");
+    if (max_copies != 2 && max_in_flight != 2 && max_copies != max_in_flight)
+      detail::refuse_both(where, "max_copies", std::to_string(max_copies), "max_in_flight",
+                          std::to_string(max_in_flight));
+    if ((max_copies != 2 ? max_copies : max_in_flight) == 0)
+      detail::refuse(where, max_copies == 0 ? "max_copies" : "max_in_flight", "0",
+                     "must be at least 1");
   }
 };
+CORETRY_ALLOW_DEPRECATED_END
+
+namespace detail {
+/// The copies of one operation `h` lets run at once: `max_copies`, or the deprecated
+/// `max_in_flight` while `max_copies` is left at its default (2). The library's one read of
+/// `max_in_flight`.
+inline unsigned max_copies(const hedge_options& h) noexcept {
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  return h.max_copies != 2 ? h.max_copies : h.max_in_flight;
+  CORETRY_ALLOW_DEPRECATED_END
+}
+} // namespace detail
 
 /// What one hedged operation did; final when it completes.
 struct hedge_stats {
@@ -148,9 +170,11 @@ namespace coretry {
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself.
 ///
 /// @par Per-Operation Cancellation
-/// Terminal cancellation of the awaiting coroutine and the policy's group token cancel every
-/// copy in flight; the operation throws `std::system_error(asio::error::operation_aborted)` once
-/// they have all returned.
+/// Terminal cancellation of the awaiting coroutine and the policy's group token (from any
+/// thread) cancel every copy in flight (terminal, each through its own signal; the breaker
+/// hears them abandoned) and start no further one; the call throws
+/// `std::system_error(asio::error::operation_aborted)` once they have all returned. A
+/// cancellation after a winner is known changes nothing: the winner is returned.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
@@ -159,6 +183,9 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
@@ -177,8 +204,11 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
 /// first. Until then the operation keeps the handler's executor busy (outstanding work).
 ///
 /// @par Per-Operation Cancellation
-/// Any type, through the handler's slot, and the group token: every running attempt is
-/// cancelled as terminal and the operation completes with `asio::error::operation_aborted`.
+/// Terminal, partial and total cancellation through the handler's slot (from any thread) all do
+/// the same, and so does the policy's group token: every attempt in flight is cancelled
+/// (terminal, each through its own signal; the breaker hears them abandoned), no further one
+/// starts, and the handler gets `asio::error::operation_aborted` once they have all returned.
+/// A cancellation after a winner is known changes nothing: the winner is delivered.
 ///
 /// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
 /// The token may be left out, as for `async_retry`: the executor's default completion token.
@@ -196,6 +226,12 @@ auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken = asio::default_completion_token_t<Executor>>
 requires detail::policy_value<Policy> && detail::token_for<CompletionToken, Op>

@@ -12,6 +12,7 @@
 
 #include <coretry/error.hpp>
 #include <coretry/export.hpp>
+#include <coretry/limits.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -67,9 +68,9 @@ CORETRY_API health default_health(const std::error_code& ec) noexcept;
 /// or `on_abandoned` (`ignored`: the caller cancelled it).
 class CORETRY_API attempt_gate {
 public:
-  /// What `retry_after` returns when it cannot say (the default): a waiting operation stops
-  /// with `refusal()` as a failing one does.
-  static constexpr std::chrono::nanoseconds never = std::chrono::nanoseconds::max();
+  /// 0.2's name for `coretry::unlimited` as `retry_after`'s answer "cannot say when".
+  [[deprecated("use coretry::unlimited")]] static constexpr std::chrono::nanoseconds never =
+      unlimited;
 
   virtual ~attempt_gate() = default;
   /// Whether the next attempt may be sent at `now`.
@@ -119,10 +120,10 @@ public:
   /// Asked after `try_acquire` refused at `now`, by an operation willing to wait
   /// (`on_open::wait`): how long until an attempt may be let through, as a positive duration.
   /// The operation sleeps that long (holding no reservation) and then calls `try_acquire`
-  /// again. `never` (the default), zero or a negative value: it does not wait and stops with
-  /// `refusal()`.
+  /// again. `coretry::unlimited` (the default: the gate cannot say when), zero or a negative
+  /// value: it does not wait and stops with `refusal()`.
   virtual std::chrono::nanoseconds retry_after(std::chrono::nanoseconds /*now*/) noexcept {
-    return never;
+    return unlimited;
   }
   /// The error an operation stops with when this gate refuses it and it does not wait:
   /// `errc::circuit_open` by default (`adaptive_throttle` says `errc::throttled_locally`).
@@ -139,15 +140,17 @@ public:
 /// use (it gave up, was cancelled, or the breaker refused the attempt) is handed back with
 /// `release`, exactly once.
 ///
-/// `acquire` may refuse to reserve anything by returning `send_rate::refused`: the operation
+/// `acquire` may refuse to reserve anything by returning `coretry::unlimited`: the operation
 /// then stops with `errc::rate_limited`, sending nothing.
 class CORETRY_API send_rate {
 public:
-  /// What `acquire` returns when it reserves nothing (the wait would be too long).
-  static constexpr std::chrono::nanoseconds refused = std::chrono::nanoseconds::max();
+  /// 0.2's name for `coretry::unlimited` as `acquire`'s answer "refused: nothing reserved".
+  [[deprecated("use coretry::unlimited")]] static constexpr std::chrono::nanoseconds refused =
+      unlimited;
 
   virtual ~send_rate() = default;
-  /// Reserves a send token; returns how long to wait before sending (zero: now).
+  /// Reserves a send token; returns how long to wait before sending (zero: now), or
+  /// `coretry::unlimited` when it refuses and reserves nothing (the wait would be too long).
   virtual std::chrono::nanoseconds acquire(std::chrono::nanoseconds now) noexcept = 0;
   /// Hands back one token `acquire` reserved and nobody sent. The default does nothing.
   virtual void release(std::chrono::nanoseconds /*now*/) noexcept {}

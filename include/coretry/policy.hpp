@@ -6,8 +6,10 @@
 #include <coretry/backoff.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
+#include <coretry/classify.hpp>
 #include <coretry/error.hpp>
 #include <coretry/export.hpp>
+#include <coretry/limits.hpp>
 #include <coretry/observer.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/random.hpp>
@@ -24,9 +26,6 @@
 #include <typeinfo>
 
 namespace coretry {
-
-/// "No limit" for `retry_policy::deadline` and `retry_policy::attempt_timeout`.
-inline constexpr nanoseconds unlimited = nanoseconds::max();
 
 /// Passed to `retry_policy::on_retry` after a failed attempt, before the loop sleeps.
 struct retry_event {
@@ -71,7 +70,7 @@ enum class on_open : std::uint8_t {
   /// (`attempt_gate::retry_after`), then ask again: no socket, no thread and no reservation
   /// (send token, retry budget) is held meanwhile, the wait is cancelled like a backoff sleep,
   /// and it spends no attempt and no budget. When the gate cannot say when
-  /// (`attempt_gate::never`), or the wait would end at or after the deadline, the operation
+  /// (`coretry::unlimited`), or the wait would end at or after the deadline, the operation
   /// stops at once with `refusal()` (`errc::circuit_open`). A retry the `budget` refuses waits
   /// likewise, for `retry_budget::retry_after` (jittered), and asks the budget again; a budget
   /// that cannot say when, or a wait reaching the deadline, stops it with
@@ -167,20 +166,30 @@ template <class Predicate> struct filtered_type<void, Predicate> {
 /// last attempt's error reported. `validate()` runs when an operation starts, before anything
 /// else, and throws `std::invalid_argument` naming the bad field and its value.
 ///
+/// These defaults are not `presets::overload_safe()`'s (no attempt limit, a 10 s deadline, a 2 s
+/// attempt timeout, a 1 s backoff cap, a breaker and a budget), and on purpose: they are the least
+/// surprising for a single call written by hand, where the preset is for a fleet of clients
+/// sharing an upstream.
+///
 /// Hooks and predicates run on the operation's executor and should not throw: one that does
 /// stops the operation at once with `errc::unexpected_exception` (see `retry_async`).
 struct CORETRY_API retry_policy {
   /// Attempts in total, the first included (1 = never retry). Must be at least 1.
+  /// `coretry::unlimited_attempts`: no limit (the deadline, the breaker and the budget decide).
+  /// The default, 3, bounds a hand-written call that has no deadline; the fleet preset has none.
   unsigned max_attempts = 3;
   /// Overall time limit from the start, covering attempts and sleeps: an attempt still running at
   /// the deadline is cancelled, and the loop never sleeps when no attempt could start before it.
   /// An operation stopped by its deadline always fails with `errc::deadline_exceeded` (a server
   /// hint reaching past it is `errc::retry_after_past_deadline`, see `max_retry_after`).
+  /// `coretry::unlimited` (the default): no deadline, since no value suits every call.
   nanoseconds deadline = unlimited;
   /// Limit for each attempt; an attempt over it is cancelled and fails with
-  /// `errc::attempt_timeout`, which is retryable.
+  /// `errc::attempt_timeout`, which is retryable. `coretry::unlimited` (the default): none, since
+  /// only the caller knows how slow its upstream may be.
   nanoseconds attempt_timeout = unlimited;
-  /// The delays between attempts.
+  /// The delays between attempts. The fleet preset caps them at its breaker's 1 s break, so
+  /// that no sleep outlasts a break; a single call without a breaker has no such reason.
   coretry::backoff backoff =
       coretry::backoff::exponential(std::chrono::milliseconds(100), 2.0, std::chrono::seconds(32))
           .with_jitter(coretry::jitter::full());
@@ -248,9 +257,23 @@ struct CORETRY_API retry_policy {
   /// at once with `errc::unexpected_exception`, as does a predicate that throws. Runs on the
   /// operation's executor.
   std::function<bool(const std::exception_ptr&)> retry_if_exception{};
+  /// One function from an attempt's outcome to what the loop does with it (classify.hpp): retry
+  /// or not, whether the upstream pushed back, whether the sending rate slows down, and a
+  /// server hint read from the outcome. It sees the attempt's error, exception or value
+  /// (`attempt_result::value<T>()`) with what the attempt told its `attempt_context`. Set, it
+  /// is the only judge: `retry_if`, `pushback_if`, `throttle_if`, `retry_if_result` and
+  /// `retry_if_exception` must be empty (`validate()` refuses the mix). Not asked for an
+  /// attempt a timer cut (a retried failure that slows the sending rate) or one a cancellation
+  /// abandoned; a cancellation is never retried, whatever it says. What the gate hears is the
+  /// gate's own classification (`attempt_gate::classify`), whatever this decides. Empty (the
+  /// default): the 0.2 predicates decide, as `default_classify` when they are empty too. Runs on
+  /// the operation's executor; with a `shared_policy`, concurrently for several operations. One
+  /// that throws stops the operation with `errc::unexpected_exception`.
+  std::function<attempt_decision(const attempt_result&)> classify{};
 
   /// Throws `std::invalid_argument` when a field is out of range (`max_attempts` of 0, a
-  /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`).
+  /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`), or `classify` is set
+  /// with one of the predicates it replaces.
   void validate() const;
 
   /// Treats results for which `pred(result)` is true as retryable failures

@@ -34,7 +34,7 @@ struct adaptive_rate_options {
   /// SDKs. In [0, 1e9].
   double initial_rate = 0;
   /// The longest wait `acquire` hands out: when the next free token is further away than this,
-  /// it reserves nothing and refuses (`send_rate::refused`; the operation stops with
+  /// it reserves nothing and refuses (returns `coretry::unlimited`; the operation stops with
   /// `errc::rate_limited`), so that a limiter at its floor rate never holds reservations for
   /// minutes. Positive.
   std::chrono::nanoseconds max_wait = std::chrono::seconds(10);

@@ -62,8 +62,8 @@ struct adaptive_throttle_options {
 ///   the upstream's verdict on it is unknown.
 ///
 /// A rejected attempt is not sent and the operation stops with `errc::throttled_locally`
-/// (`refusal()`); this gate cannot say when an attempt would pass (`retry_after` is `never`),
-/// so an operation with `on_open::wait` stops too.
+/// (`refusal()`); this gate cannot say when an attempt would pass (`retry_after` is
+/// `coretry::unlimited`), so an operation with `on_open::wait` stops too.
 ///
 /// Thread-safe and lock-free: the counts are sliding windows of atomic buckets, and each draw
 /// is one fetch-and-add on a SplitMix64 counter (a seeded throttle on one thread draws the same

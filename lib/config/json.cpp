@@ -8,6 +8,7 @@
 #include <coretry/breaker.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/config/json.hpp>
+#include <coretry/detail/refuse.hpp>
 #include <coretry/presets.hpp>
 
 #include <algorithm>
@@ -138,6 +139,23 @@ public:
   }
   const std::string& path() const { return path_; }
   bool has(std::string_view name) const { return get(name) != nullptr; }
+  // `name`, or `old` (its deprecated 0.2 spelling) when that is the one given; both given is
+  // refused, naming both.
+  std::string_view either(std::string_view name, std::string_view old) const {
+    if (has(name) && has(old))
+      fail(path(name), "given with " + path(old) + ", its deprecated name (give one)");
+    if (!has(old))
+      return name;
+    aliases_.emplace_back(name, old);
+    return old;
+  }
+  // The key given for `name`: `name`, or the deprecated spelling `either` found instead.
+  std::string_view given(std::string_view name) const {
+    for (const auto& [current, old] : aliases_)
+      if (current == name)
+        return old;
+    return name;
+  }
 
 private:
   std::size_t index(std::string_view name) const {
@@ -153,6 +171,7 @@ private:
   std::string path_;
   std::vector<std::string_view> known_;
   std::vector<entry> found_;
+  mutable std::vector<std::pair<std::string_view, std::string_view>> aliases_;
 };
 
 // ---- scalars ------------------------------------------------------------------------------
@@ -332,8 +351,9 @@ auto build(const fields& f, std::initializer_list<std::string_view> names, Make 
     const std::string_view what = e.what();
     for (std::string_view name : names) {
       const std::string pattern = ": " + std::string(name) + " = ";
-      if (f.has(name) && what.find(pattern) != std::string_view::npos)
-        fail(f.path(name), show(*f.get(name)) + " is out of range (" + std::string(what) + ")");
+      const std::string_view key = f.given(name);
+      if (f.has(key) && what.find(pattern) != std::string_view::npos)
+        fail(f.path(key), show(*f.get(key)) + " is out of range (" + std::string(what) + ")");
     }
     fail(f.path(), std::string(what));
   }
@@ -405,7 +425,7 @@ void read_hedging_policy(const json& v, const std::string& path, const status_lo
   const fields f(v, path, naming::grpc, {"maxAttempts", "hedgingDelay", "nonFatalStatusCodes"});
   const unsigned n = attempts(f, options);
   out.policy.max_attempts = n;
-  out.hedge.max_in_flight = n;
+  out.hedge.max_copies = n;
   out.hedge.delay = nanoseconds::zero();
   if (const json* d = f.get("hedgingDelay"))
     out.hedge.delay = duration(*d, f.path("hedgingDelay"), naming::grpc);
@@ -570,7 +590,7 @@ std::shared_ptr<circuit_breaker> read_breaker(const json& v, const std::string& 
                  {"preset", "consecutive_failures", "failure_ratio", "minimum_throughput", "window",
                   "window_buckets", "window_type", "window_calls", "slow_call_duration",
                   "slow_call_ratio", "break_duration", "break_jitter", "half_open_probes", "ramp",
-                  "retry_interval", "max_in_flight", "seed"});
+                  "retry_interval", "max_concurrent_calls", "max_in_flight", "seed"});
   circuit_breaker_options o;
   if (const json* p = f.get("preset")) {
     if (!p->is_string() || p->get_ref<const std::string&>() != "overload_safe")
@@ -612,14 +632,14 @@ std::shared_ptr<circuit_breaker> read_breaker(const json& v, const std::string& 
   u("half_open_probes", o.half_open_probes);
   d("ramp", o.ramp);
   d("retry_interval", o.retry_interval);
-  u("max_in_flight", o.max_in_flight);
+  u(f.either("max_concurrent_calls", "max_in_flight"), o.max_concurrent_calls);
   if (const json* s = f.get("seed"))
     o.seed = whole(*s, f.path("seed"), 0, std::numeric_limits<std::uint64_t>::max());
   return build(f,
                {"consecutive_failures", "failure_ratio", "minimum_throughput", "window",
                 "window_buckets", "window_calls", "slow_call_duration", "slow_call_ratio",
                 "break_duration", "break_jitter", "half_open_probes", "ramp", "retry_interval",
-                "max_in_flight"},
+                "max_concurrent_calls"},
                [&] { return std::make_shared<circuit_breaker>(o); });
 }
 
@@ -648,9 +668,9 @@ std::shared_ptr<retry_budget> read_budget(const json& v, const std::string& path
   }
   if (kind != "ratio")
     fail(member(path, "kind"), literal(kind) + " is not a budget (ratio, token_bucket)");
-  const fields f(
-      v, path, naming::exact,
-      {"kind", "ratio", "min_retries_per_second", "window", "buckets", "limit_scheduled_retries"});
+  const fields f(v, path, naming::exact,
+                 {"kind", "ratio", "min_retries_per_second", "window", "window_buckets", "buckets",
+                  "limit_scheduled_retries"});
   ratio_budget_options o;
   if (const json* r = f.get("ratio"))
     o.ratio = number(*r, f.path("ratio"));
@@ -658,23 +678,23 @@ std::shared_ptr<retry_budget> read_budget(const json& v, const std::string& path
     o.min_retries_per_second = number(*m, f.path("min_retries_per_second"));
   if (const json* w = f.get("window"))
     o.window = duration(*w, f.path("window"), naming::exact);
-  if (const json* b = f.get("buckets"))
-    o.buckets = whole_unsigned(*b, f.path("buckets"));
+  if (const std::string_view key = f.either("window_buckets", "buckets"); f.has(key))
+    o.window_buckets = whole_unsigned(*f.get(key), f.path(key));
   if (const json* s = f.get("limit_scheduled_retries"))
     o.limit_scheduled_retries = boolean(*s, f.path("limit_scheduled_retries"));
-  return build(f, {"ratio", "min_retries_per_second", "window", "buckets"},
+  return build(f, {"ratio", "min_retries_per_second", "window", "window_buckets"},
                [&] { return std::make_shared<ratio_budget>(o); });
 }
 
 hedge_options read_hedge(const json& v, const std::string& path) {
-  const fields f(v, path, naming::exact, {"delay", "max_in_flight"});
+  const fields f(v, path, naming::exact, {"delay", "max_copies", "max_in_flight"});
   hedge_options h;
   if (const json* d = f.get("delay"))
     h.delay = (d->is_string() && d->get_ref<const std::string&>() == "unlimited")
                   ? unlimited
                   : duration(*d, f.path("delay"), naming::exact);
-  if (const json* m = f.get("max_in_flight"))
-    h.max_in_flight = whole_unsigned(*m, f.path("max_in_flight"), 1);
+  if (const std::string_view key = f.either("max_copies", "max_in_flight"); f.has(key))
+    h.max_copies = whole_unsigned(*f.get(key), f.path(key), 1);
   return h;
 }
 
@@ -705,7 +725,7 @@ policy_config read_own(const json& doc, const status_lookup& statuses) {
   retry_policy& p = out.policy;
   if (const json* m = f.get("max_attempts"))
     p.max_attempts = (m->is_string() && m->get_ref<const std::string&>() == "unlimited")
-                         ? std::numeric_limits<unsigned>::max()
+                         ? unlimited_attempts
                          : whole_unsigned(*m, f.path("max_attempts"), 1);
   if (const json* d = f.get("deadline"))
     p.deadline = limit_duration(*d, f.path("deadline"));
@@ -856,9 +876,8 @@ retry_policy service_config::policy_for(std::string_view service, std::string_vi
 service_config read_service_config(std::string_view text, const status_lookup& statuses,
                                    grpc_options options) {
   if (options.max_attempts_limit < 2)
-    throw std::invalid_argument("coretry::config::grpc_options: max_attempts_limit = " +
-                                std::to_string(options.max_attempts_limit) +
-                                " (must be at least 2)");
+    coretry::detail::refuse("coretry::config::grpc_options", "max_attempts_limit",
+                            std::to_string(options.max_attempts_limit), "must be at least 2");
   const json doc = parse(text);
   const fields f(doc, "", naming::grpc, {"methodConfig", "retryThrottling"});
   service_config out;

@@ -4,6 +4,7 @@
 // reaches libcurl.
 
 #include <coretry/curl/request.hpp>
+#include <coretry/detail/refuse.hpp>
 #include <coretry/http.hpp>
 #include <coretry/registry.hpp>
 
@@ -116,8 +117,8 @@ void request::validate() const {
 
 void throw_invalid(const char* where, const std::string& field, const std::string& value,
                    const char* rule) {
-  throw std::invalid_argument(std::string("coretry::curl::") + where + ": " + field + " = " +
-                              value + " (" + rule + ")");
+  coretry::detail::refuse((std::string("coretry::curl::") + where).c_str(), field.c_str(), value,
+                          rule);
 }
 
 } // namespace coretry::curl

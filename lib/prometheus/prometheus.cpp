@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
+#include <coretry/detail/refuse.hpp>
 #include <coretry/error.hpp>
 #include <coretry/prometheus.hpp>
 
@@ -169,9 +170,13 @@ std::size_t remove_series(prometheus::Family<T>& family, const Match& match, con
 
 void check_buckets(const std::vector<double>& b, const char* field) {
   if (b.empty() || !std::is_sorted(b.begin(), b.end()) ||
-      std::adjacent_find(b.begin(), b.end()) != b.end())
-    throw std::invalid_argument(std::string("coretry::prometheus_options: ") + field +
-                                " must be a non-empty, increasing list of bounds");
+      std::adjacent_find(b.begin(), b.end()) != b.end()) {
+    std::string value = "[";
+    for (std::size_t i = 0; i < b.size(); ++i)
+      value += (i == 0 ? "" : ", ") + std::to_string(b[i]);
+    detail::refuse("coretry::prometheus_options", field, value + "]",
+                   "must be a non-empty, increasing list of bounds");
+  }
 }
 
 } // namespace
@@ -358,8 +363,7 @@ std::shared_ptr<prometheus::Registry> checked(std::shared_ptr<prometheus::Regist
   check_buckets(o.sleep_buckets, "sleep_buckets");
   check_buckets(o.resend_buckets, "resend_buckets");
   if (o.max_operations == 0)
-    throw std::invalid_argument(
-        "coretry::prometheus_options: max_operations = 0 (must be at least 1)");
+    detail::refuse("coretry::prometheus_options", "max_operations", "0", "must be at least 1");
   return r;
 }
 } // namespace

@@ -141,7 +141,7 @@ outcome simulate(unsigned clients, const coretry::backoff& backoff, std::uint64_
   // Retry until it works: only the spacing of the retries differs between strategies. The seed
   // makes the run reproducible; each operation still draws its own jitter stream from it.
   const coretry::retry_policy policy{
-      .max_attempts = std::numeric_limits<unsigned>::max(),
+      .max_attempts = coretry::unlimited_attempts,
       .backoff = backoff,
       .seed = coretry::jitter_seed(seed ^ 0x9e3779b97f4a7c15ull),
   };

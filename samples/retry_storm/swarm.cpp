@@ -91,7 +91,7 @@ shared_controls recommended_controls(double time_scale, waiting_options w) {
       .break_duration = at(1s),
       .break_jitter = 0.2,
       .half_open_probes = 1,
-      .max_in_flight = w.max_in_flight,
+      .max_concurrent_calls = w.max_in_flight,
   });
   // Retries within 10 % of the requests of the last 10 s, plus 1 a second.
   c.budget = std::make_shared<coretry::ratio_budget>(coretry::ratio_budget_options{
@@ -125,7 +125,7 @@ shared_controls waiting_controls(double time_scale, waiting_options w) {
           std::chrono::duration<double>(w.ramp_s))),
       .retry_interval = at(std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(w.retry_interval_s))),
-      .max_in_flight = w.max_in_flight,
+      .max_concurrent_calls = w.max_in_flight,
   });
   c.when_open = coretry::on_open::wait;
   c.deadline = at(60s);
@@ -401,7 +401,7 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
   asio::steady_timer& think = *think_timers_[index];
 
   coretry::retry_policy policy{
-      .max_attempts = std::numeric_limits<unsigned>::max(), // retry until success, or told not to
+      .max_attempts = coretry::unlimited_attempts, // retry until success, or told not to
       .deadline = controls_.deadline,
       .attempt_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(config_.timeout_s)),

@@ -68,7 +68,7 @@ struct shared_controls {
 struct waiting_options {
   double ramp_s = 5;             ///< `circuit_breaker_options::ramp`
   double retry_interval_s = 0.2; ///< `circuit_breaker_options::retry_interval`
-  /// `circuit_breaker_options::max_in_flight` of every breaker (`--max-in-flight`; 0: none).
+  /// `circuit_breaker_options::max_concurrent_calls` of every breaker (`--max-in-flight`; 0: none).
   unsigned max_in_flight = 50;
   /// `circuit_breaker_options::consecutive_failures` of every breaker (`--consecutive-failures`).
   unsigned consecutive_failures = 10;
@@ -78,7 +78,7 @@ struct waiting_options {
 
 /// The controls of the recommended policy (`safe`), at the article's time scale when
 /// `time_scale` is 1; README.md shows the same construction. `w` gives the breaker's
-/// `max_in_flight` and `consecutive_failures`.
+/// `max_concurrent_calls` and `consecutive_failures`.
 shared_controls recommended_controls(double time_scale = 1.0, waiting_options w = {});
 
 /// The recommended breaker made to wait instead of failing (`wait`): a ramp, `on_open::wait`, a

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 // The hedge state machine against a reference model: thousands of randomised hedged operations
 // on the manual clock, each checked for what the docs promise whatever the settings and the
-// attempts do: attempts <= max_attempts, at most max_in_flight at once, none started at or after
+// attempts do: attempts <= max_attempts, at most max_copies at once, none started at or after
 // the deadline, none after the outcome was decided, each start due to the hedge delay or to a
 // failure, exactly one completion, no later than the last attempt returned and the deadline,
 // the winner the first success, and every breaker grant reported exactly once.
@@ -89,7 +89,7 @@ scenario make_scenario(std::mt19937_64& rng) {
     s.refuse_after = std::uniform_int_distribution<unsigned>(1, 4)(rng);
   const int d = std::uniform_int_distribution<int>(0, 9)(rng);
   s.hedge.delay = d == 0 ? nanos::zero() : d == 1 ? coretry::unlimited : pick(rng, 1, 60);
-  s.hedge.max_in_flight = std::uniform_int_distribution<unsigned>(1, 4)(rng);
+  s.hedge.max_copies = std::uniform_int_distribution<unsigned>(1, 4)(rng);
   for (unsigned i = 0; i < s.policy.max_attempts; ++i) {
     plan p;
     p.after = coin(0.2) ? nanos::zero() : pick(rng, 1, 120);
@@ -151,8 +151,8 @@ std::string check(const scenario& s, int completions, std::error_code error, int
     why << a.size() << " attempts > max " << p.max_attempts << "; ";
   if (stats.attempts != a.size())
     why << "stats.attempts " << stats.attempts << " != " << a.size() << "; ";
-  if (s.peak > static_cast<int>(s.hedge.max_in_flight))
-    why << "peak " << s.peak << " > max_in_flight; ";
+  if (s.peak > static_cast<int>(s.hedge.max_copies))
+    why << "peak " << s.peak << " > max_copies; ";
   if (s.gate->granted != static_cast<int>(s.gate->log.size()))
     why << "granted " << s.gate->granted << ", reported " << s.gate->log.size() << "; ";
   if (s.gate->granted != static_cast<int>(a.size()))
@@ -228,8 +228,8 @@ std::string describe(const scenario& s) {
     << " ns, attempt_timeout "
     << (s.policy.attempt_timeout == coretry::unlimited ? -1 : s.policy.attempt_timeout.count())
     << " ns, delay " << (s.hedge.delay == coretry::unlimited ? -1 : s.hedge.delay.count())
-    << " ns, max_in_flight " << s.hedge.max_in_flight << ", breaker refuses after "
-    << s.refuse_after << "; attempts:";
+    << " ns, max_copies " << s.hedge.max_copies << ", breaker refuses after " << s.refuse_after
+    << "; attempts:";
   for (const auto& a : s.attempts)
     o << " [" << a.started.count() / 1000 << "-" << a.ended.count() / 1000 << " us "
       << static_cast<int>(a.how) << (a.cancelled ? " cut" : "") << "]";

@@ -469,7 +469,7 @@ TEST_CASE(
       p = std::move(p).retry_if_result([](const curl::response& r) { return r.status == 503; });
     op.started = steady::now();
     if (op.hedged) {
-      coretry::hedge_options o{.delay = op.hedge_delay, .max_in_flight = op.max_in_flight};
+      coretry::hedge_options o{.delay = op.hedge_delay, .max_copies = op.max_in_flight};
       asio::co_spawn(
           io,
           [&op, &finish,

@@ -4,8 +4,8 @@
 
 - The README's option tables, each after a marker `<!-- reference-table: STRUCT HEADER -->`
   (`retry_policy`, `hedge_options`, `circuit_breaker_options`; every one must be there), name
-  every data member of the struct, in declaration order, so that designated initializers
-  written in the table's order compile; each row's type is the member's declared type and its
+  every data member of the struct but those marked `[[deprecated]]`, in declaration order,
+  so that designated initializers written in the table's order compile; each row's type is the member's declared type and its
   default the header's initializer: the text is compared (one spelling: durations as literals,
   `nanoseconds::max()` as `unlimited`, an absent initializer as `{}`), and the type and the
   default are compiled (`decltype(STRUCT::field)` against the type; the default initializes a
@@ -47,6 +47,8 @@ def struct_members(header, name):
         m = re.match(r"^(?P<type>.+?) (?P<name>\w+) ?(?:= ?(?P<eq>.+)|\{(?P<br>.*)\})?$", d)
         if not m:
             raise SystemExit(f"{header}: cannot read the member declaration `{d}` of {name}")
+        if m.group("type").startswith("[[deprecated"):
+            continue  # a 0.2 spelling kept beside its new name: the tables use only the new one
         members.append((m.group("name"), m.group("type"), (m.group("eq") or m.group("br") or "")))
     return members
 

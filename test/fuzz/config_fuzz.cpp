@@ -123,7 +123,7 @@ void check_service_config(const coretry::config::service_config& sc) {
     }
     if (m.kind == method_kind::hedge) {
       m.hedge.validate();
-      check(m.hedge.max_in_flight == m.policy.max_attempts, "hedge in flight != attempts");
+      check(m.hedge.max_copies == m.policy.max_attempts, "hedge in flight != attempts");
     }
     for (const auto& n : m.names) {
       const auto* found = sc.find(n.service, n.method);

@@ -138,7 +138,7 @@ void add_overload_controls(coretry::retry_policy& p, FuzzedDataProvider& in) {
       o.ratio = any_double(in);
       o.min_retries_per_second = any_double(in);
       o.window = any_duration(in);
-      o.buckets = in.ConsumeIntegral<unsigned>() % 2000;
+      o.window_buckets = in.ConsumeIntegral<unsigned>() % 2000;
       p.budget = std::make_shared<coretry::ratio_budget>(o);
       break;
     }

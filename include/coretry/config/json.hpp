@@ -78,7 +78,7 @@ struct method_config {
   /// service config's `throttling` when it has one. `single`: one attempt, `deadline` from
   /// `timeout`.
   retry_policy policy{.max_attempts = 1};
-  /// `hedge` only: `delay` is `hedgingDelay` (0 when absent), `max_in_flight` is `maxAttempts`
+  /// `hedge` only: `delay` is `hedgingDelay` (0 when absent), `max_copies` is `maxAttempts`
   /// (every attempt may be outstanding, as in A6).
   hedge_options hedge{};
 };

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// The hedged operation: one state, attempts co_spawned beside each other, each with its own
-// cancellation signal, and three kinds of timer (the next hedge, each attempt's timeout, the
-// deadline). Private: include <coretry/hedge.hpp>.
+// The hedged operation: one state, attempts co_spawned beside each other in reused slots, each
+// with its own cancellation signal, and three kinds of timer (the next hedge or a paced send,
+// each attempt's timeout, the deadline). Private: include <coretry/hedge.hpp>.
 //
 // It runs on a strand, as retry_op's controlled path does, except on a context that runs one
 // thread only (`runs_on_one_thread`): there it runs on the context's executor itself. Everything
@@ -13,11 +13,13 @@
 // last holder has let go and the state's memory is freed (`release`), as Asio's rule for
 // memory from a handler's allocator asks.
 //
-// Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the
-// reservations that settle once whatever happens (`gate_grant`, `send_token`, `retry_charge`;
-// reservation.hpp), the schedule's decisions and its one verdict per attempt (`begin_attempt`,
-// `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion signatures, delivery,
-// executor choice and outstanding work of retry_op.hpp.
+// Reused from the retry loop: the attempt shapes and the one rule for what an attempt threw
+// (`attempt_shape`, `take_current_exception`, `judge_exception`, `judge_result`;
+// attempt_shape.hpp), the reservations that settle once whatever happens (`gate_grant`,
+// `send_token`, `retry_charge`; reservation.hpp), the schedule's decisions and its one verdict
+// per attempt (`begin_attempt`, `pace`, `classify`, `report`, `stop`; schedule.hpp), and the
+// completion signatures, delivery, executor choice (`runs_on_one_thread`,
+// `with_serializing_executor`), outstanding work and cancellation steps of retry_op.hpp.
 //
 // Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
 // `hedge_engine` holds the state and runs everything but what names the caller's handler or the
@@ -277,27 +279,28 @@ public:
       out.error = errc::deadline_exceeded;
       out.exception = nullptr;
     }
-    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
-    std::exception_ptr retried = judge_exception(policy_, out);
     const bool abandoned = sl.cut == hedge_cut::lost;
     // retry_op's rule (loop_core::ended): a cancellation that came while the attempt ran (from
     // the attempt itself, say, still on its way through the strand's queue) wins over whatever
     // the attempt reported: the attempt is abandoned, and a failure ends the operation.
     const bool cancelled =
         cancel_seen_.load(std::memory_order_acquire) || policy_.cancellation.cancelled();
-    if (!abandoned && !out.exception && !out.error && policy_.result_filter) {
-      try {
-        if (policy_.result_filter->call(&*out.value))
-          out.error = errc::result_rejected;
-      } catch (...) {
-        out.exception = std::current_exception();
-      }
+    const bool timer_cut = sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline;
+    // The policy's judgement, as the retry loop's (retry_loop.hpp): a rejected value or a
+    // retried exception is this attempt's failure.
+    std::exception_ptr retried;
+    std::optional<attempt_decision> decided;
+    if (abandoned) {
+      retried = judge_exception(policy_, out); // step 2's first half: no result for a lost copy
+    } else {
+      decided = judge_outcome(policy_, out, sl.number, !timer_cut && !cancelled, out.retry_after,
+                              out.health_code, retried);
     }
     // The one verdict on this attempt, for every listener and for the decision below.
     std::exception_ptr thrown;
-    const attempt_class verdict_of = sched_->classify(
-        out.error, sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline,
-        abandoned || cancelled || out.exception, thrown, out.retry_after, out.health_code);
+    const attempt_class verdict_of =
+        sched_->classify(out.error, timer_cut, abandoned || cancelled || out.exception, thrown,
+                         out.retry_after, out.health_code, decided ? &*decided : nullptr);
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
@@ -385,13 +388,13 @@ private:
   }
 
   /// Starts the next attempt if one may start now; `trigger` is the failure that asks for it,
-  /// or empty. A hedge that is due while `max_in_flight` attempts run waits for a failure. With
-  /// a zero delay, starts attempts in a loop up to `max_in_flight`.
+  /// or empty. A hedge that is due while `max_copies` attempts run waits for a failure. With
+  /// a zero delay, starts attempts in a loop up to `max_copies`.
   void try_launch(std::error_code trigger) {
     do {
       // A posted relaunch() launches the rest: looping on here, with a zero delay and attempts
       // that fail inline, would post one per turn and never give the strand back.
-      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= hedge_.max_in_flight ||
+      if (!may_launch() || pacing_ || relaunch_posted_ || in_flight_ >= max_copies(hedge_) ||
           abort_if_cancelled())
         return;
       const nanoseconds now = read_clock<clock>(true);
@@ -579,7 +582,7 @@ private:
       return;
     if (pacing_) { // the send token is due: send
       pacing_ = false;
-      if (may_launch() && in_flight_ < hedge_.max_in_flight &&
+      if (may_launch() && in_flight_ < max_copies(hedge_) &&
           launch(read_clock<clock>(true), std::exchange(pending_trigger_, {})) &&
           hedge_.delay == nanoseconds::zero())
         try_launch({});

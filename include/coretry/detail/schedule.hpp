@@ -169,7 +169,7 @@ public:
     if (!gate_refused_ || p_.when_open != on_open::wait)
       return stop(why, last);
     const nanoseconds wait = p_.breaker->retry_after(now);
-    if (wait == attempt_gate::never || wait <= nanoseconds::zero() ||
+    if (wait == unlimited || wait <= nanoseconds::zero() ||
         (has_deadline() && wait >= deadline_ - now))
       return stop(why, last);
     return {{}, {}, wait};
@@ -180,7 +180,7 @@ public:
   /// the wait would end at or past the deadline (`deadline_exceeded`, the token handed back).
   verdict pace(nanoseconds now, send_token& token) noexcept {
     const nanoseconds wait = p_.rate_limit->acquire(now);
-    if (wait == send_rate::refused)
+    if (wait == unlimited)
       return {errc::rate_limited, errc::rate_limited};
     token = send_token(p_.rate_limit.get(), now_, now);
     if (wait > nanoseconds::zero() && has_deadline() &&
@@ -191,13 +191,16 @@ public:
     return {{}, {}, wait};
   }
 
-  /// Whether the policy would retry after `ec` (cancellation never).
-  bool retryable(const std::error_code& ec) const {
+  /// Whether the policy would retry after `ec` (cancellation never): as `said` (the policy's
+  /// `classify`) decided, or else as `retry_if` says.
+  bool retryable(const std::error_code& ec, const attempt_decision* said = nullptr) const {
     if (coretry::detail::is_aborted(ec) || ec == errc::cancelled)
       return false;
     return ec == errc::result_rejected || ec == errc::attempt_timeout ||
            ec == errc::retryable_exception ||
-           (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));
+           (said          ? said->retry
+            : p_.retry_if ? p_.retry_if(ec)
+                          : default_retry_if(ec));
   }
 
   /// The one verdict on an attempt that was sent: `ec` empty on success; `cut` when the deadline
@@ -209,27 +212,30 @@ public:
   /// (`attempt_gate::classify`) of `health_code`, or of `ec` when it is empty, is
   /// `attempt_class::gate`, whatever `retry_if` says; an `unhealthy` one with a hint or
   /// `pushback_if` is a push-back. A predicate (or classifier) that throws makes the attempt
-  /// abandoned and its exception is stored in `thrown`.
+  /// abandoned and its exception is stored in `thrown`. With `said` (the decision of the
+  /// policy's `classify`, `judge_outcome`), no predicate is asked: `said` replaces them all.
   attempt_class classify(const std::error_code& ec, bool cut, bool abandoned,
                          std::exception_ptr& thrown, nanoseconds hint = nanoseconds::zero(),
-                         const std::error_code& health_code = {}) const noexcept {
+                         const std::error_code& health_code = {},
+                         const attempt_decision* said = nullptr) const noexcept {
     if (abandoned)
       return {attempt_kind::abandoned, false, false, health::ignored};
     try {
       // `pushback_if` is asked once at most, by whichever rule needs it first.
-      std::optional<bool> said;
+      std::optional<bool> pushed;
       const auto pushback_said = [&] {
-        if (!said)
-          said = ec && p_.pushback_if && p_.pushback_if(ec);
-        return *said;
+        if (!pushed)
+          pushed = ec && (said ? said->pushback : p_.pushback_if && p_.pushback_if(ec));
+        return *pushed;
       };
       attempt_class c;
       if (cut) {
         c = {attempt_kind::failure, true};
       } else if (ec) {
-        const bool failure = retryable(ec); // user predicates: they may throw
-        const bool throttled =
-            p_.rate_limit && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec));
+        const bool failure = retryable(ec, said); // user predicates: they may throw
+        const bool throttled = p_.rate_limit && (said             ? said->throttle
+                                                 : p_.throttle_if ? p_.throttle_if(ec)
+                                                                  : default_throttle_if(ec));
         const bool pushback = failure && (hint > nanoseconds::zero() || pushback_said());
         c = {failure ? attempt_kind::failure : attempt_kind::neutral, throttled, pushback};
       }
@@ -357,7 +363,7 @@ private:
   /// all ask at its edge; zero when the budget cannot say or the wait would reach the deadline.
   nanoseconds budget_wait(nanoseconds now) noexcept {
     const nanoseconds wait = p_.budget->retry_after(now);
-    if (wait == retry_budget::never || wait <= nanoseconds::zero())
+    if (wait == unlimited || wait <= nanoseconds::zero())
       return nanoseconds::zero();
     if (!rng_)
       rng_.emplace(p_.seed.next_stream());

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: BSL-1.0
+// The 0.2 spellings issue 28 renamed still compile and still have their effect. This file is
+// compiled with -Wno-error=deprecated-declarations: each use below warns, by design
+// (test/migration/warns.cpp checks that each one does).
+
+#include <coretry/breaker.hpp>
+#include <coretry/budget.hpp>
+#include <coretry/hedge.hpp>
+#include <coretry/overload.hpp>
+#include <coretry/rate_limit.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+using namespace std::chrono_literals;
+using std::chrono::nanoseconds;
+
+namespace {
+
+std::string what(const auto& make) {
+  try {
+    make();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "valid";
+}
+
+// A gate written against 0.2: it answers "cannot say when" by the old name.
+class gate_of_0_2 final : public coretry::attempt_gate {
+public:
+  bool try_acquire(nanoseconds) noexcept override { return false; }
+  void on_success(nanoseconds) noexcept override {}
+  void on_failure(nanoseconds) noexcept override {}
+  void on_abandoned(nanoseconds) noexcept override {}
+  nanoseconds retry_after(nanoseconds) noexcept override { return never; }
+};
+
+} // namespace
+
+TEST_CASE("0.2's three names of the sentinel are coretry::unlimited") {
+  CHECK(coretry::attempt_gate::never == coretry::unlimited);
+  CHECK(coretry::retry_budget::never == coretry::unlimited);
+  CHECK(coretry::send_rate::refused == coretry::unlimited);
+  gate_of_0_2 gate;
+  CHECK(gate.retry_after(0s) == coretry::unlimited);
+  // What the library returns is still equal to the old names.
+  coretry::ratio_budget budget({.ratio = 0, .min_retries_per_second = 0});
+  CHECK(budget.retry_after(0s) == coretry::retry_budget::never);
+  coretry::adaptive_rate_limiter limiter({.burst = 100ms, .initial_rate = 1, .max_wait = 1s});
+  CHECK(limiter.acquire(0s) == 0ns);
+  CHECK(limiter.acquire(0s) == 1s);
+  CHECK(limiter.acquire(0s) == coretry::send_rate::refused); // 2 s: nothing reserved
+}
+
+TEST_CASE("a breaker built with 0.2's max_in_flight = 2 refuses the third concurrent grant") {
+  coretry::circuit_breaker_options o;
+  o.max_in_flight = 2;
+  coretry::circuit_breaker b(o);
+  CHECK(b.try_acquire(0s));
+  CHECK(b.try_acquire(0s));
+  CHECK_FALSE(b.try_acquire(0s));
+  CHECK(b.in_flight_refusals() == 1);
+  b.on_success(1s); // frees a slot
+  CHECK(b.try_acquire(1s));
+  // Both names read the limit in effect.
+  CHECK(b.options().max_concurrent_calls == 2);
+  CHECK(b.options().max_in_flight == 2);
+  // Designated, as 0.2 code wrote it.
+  coretry::circuit_breaker d({.max_in_flight = 1});
+  CHECK(d.try_acquire(0s));
+  CHECK_FALSE(d.try_acquire(0s));
+}
+
+TEST_CASE("max_concurrent_calls and max_in_flight: the new name wins when set; both set apart is "
+          "refused naming both") {
+  coretry::circuit_breaker_options same;
+  same.max_concurrent_calls = 3;
+  same.max_in_flight = 3;
+  CHECK(what([&] { coretry::circuit_breaker b(same); }) == "valid");
+  coretry::circuit_breaker_options apart;
+  apart.max_concurrent_calls = 3;
+  apart.max_in_flight = 2;
+  CHECK(what([&] { coretry::circuit_breaker b(apart); }) ==
+        "coretry::circuit_breaker_options: max_concurrent_calls = 3 (and max_in_flight = 2, its "
+        "deprecated name: set one)");
+  coretry::circuit_breaker_options only_new;
+  only_new.max_concurrent_calls = 1;
+  coretry::circuit_breaker b(only_new);
+  CHECK(b.try_acquire(0s));
+  CHECK_FALSE(b.try_acquire(0s));
+  CHECK(b.options().max_in_flight == 1);
+}
+
+TEST_CASE("a ratio budget built with 0.2's buckets slides by window / buckets") {
+  coretry::ratio_budget_options o{.ratio = 0, .min_retries_per_second = 1, .window = 1s};
+  o.buckets = 4;
+  coretry::ratio_budget b(o);
+  CHECK(b.options().window_buckets == 4);
+  CHECK(b.options().buckets == 4);
+  CHECK(b.try_retry(0s));            // the reserve: one retry a window
+  CHECK_FALSE(b.try_retry(0s));      // spent
+  CHECK(b.retry_after(0s) == 250ms); // 1 s / 4, not 1 s / 10
+  coretry::ratio_budget d({.window = 1s, .buckets = 5});
+  CHECK(d.options().window_buckets == 5);
+}
+
+TEST_CASE("window_buckets and buckets set apart are refused naming both") {
+  coretry::ratio_budget_options o;
+  o.window_buckets = 20;
+  o.buckets = 5;
+  CHECK(what([&] { coretry::ratio_budget b(o); }) ==
+        "coretry::ratio_budget: window_buckets = 20 (and buckets = 5, its deprecated name: set "
+        "one)");
+  o.buckets = 20;
+  CHECK(what([&] { coretry::ratio_budget b(o); }) == "valid");
+}
+
+TEST_CASE("hedge options built with 0.2's max_in_flight run that many copies") {
+  coretry::hedge_options h;
+  h.max_in_flight = 3;
+  CHECK(coretry::detail::max_copies(h) == 3);
+  CHECK_NOTHROW(h.validate());
+  coretry::hedge_options d{.delay = 0ns, .max_in_flight = 1};
+  CHECK(coretry::detail::max_copies(d) == 1);
+  coretry::hedge_options zero;
+  zero.max_in_flight = 0;
+  CHECK(what([&] { zero.validate(); }) ==
+        "coretry::hedge_options: max_in_flight = 0 (must be at least 1)");
+  coretry::hedge_options apart;
+  apart.max_copies = 4;
+  apart.max_in_flight = 3;
+  CHECK(what([&] { apart.validate(); }) ==
+        "coretry::hedge_options: max_copies = 4 (and max_in_flight = 3, its deprecated name: set "
+        "one)");
+  apart.max_in_flight = 4;
+  CHECK_NOTHROW(apart.validate());
+  CHECK(coretry::detail::max_copies(apart) == 4);
+}
