@@ -3,7 +3,10 @@
 """The reference-table test (ctest docs.reference_tables): the README's tables against the headers.
 
 - The README's option tables, each after a marker `<!-- reference-table: STRUCT HEADER -->`
-  (`retry_policy`, `hedge_options`, `circuit_breaker_options`; every one must be there), name
+  (every struct of `TABLES` must have one; STRUCT is qualified below `coretry`, as
+  `http::retry_rules` or `curl::client_options`; the tables of a component this build does not
+  have, `coretry::curl`, the Prometheus exporter, `coretry::config`, are skipped with
+  `--skip-curl`, `--skip-prometheus`, `--skip-config`), name
   every data member of the struct but those marked `[[deprecated]]`, in declaration order,
   so that designated initializers written in the table's order compile; each row's type is the member's declared type and its
   default the header's initializer: the text is compared (one spelling: durations as literals,
@@ -27,14 +30,18 @@ import tempfile
 
 def struct_members(header, name):
     """(name, type, initializer) of each data member of `struct name` in `header`, in order, up
-    to its first member function; the initializer is "" when the member has none."""
+    to its first member function; the initializer is "" when the member has none. `name` may be
+    qualified (`http::retry_rules`): the header is searched for its last part. A braced
+    initializer is kept with its braces (`{408, 429}`), or as `TYPE(N)` for a `std::chrono`
+    duration (`std::chrono::seconds stall_timeout{60}`: `std::chrono::seconds(60)`, so `60s`)."""
     text = open(header, encoding="utf-8").read()
+    name = name.split("::")[-1]
     m = re.search(r"^struct (?:CORETRY_\w+ )?%s \{$" % re.escape(name), text, re.M)
     if not m:
         raise SystemExit(f"{header}: no `struct {name} {{`")
     decls = []
     for line in text[m.end():].split("\n")[1:]:
-        if re.match(r"^  (template\b|[\w:<>]+ \w+\([^)]*\))", line):
+        if re.match(r"^  (template\b|(?:CORETRY_\w+ )?[\w:<>]+ \w+\([^)]*\))", line):
             break  # the first member function ends the data members
         if line.startswith("};"):
             break
@@ -49,7 +56,11 @@ def struct_members(header, name):
             raise SystemExit(f"{header}: cannot read the member declaration `{d}` of {name}")
         if m.group("type").startswith("[[deprecated"):
             continue  # a 0.2 spelling kept beside its new name: the tables use only the new one
-        members.append((m.group("name"), m.group("type"), (m.group("eq") or m.group("br") or "")))
+        init, br = m.group("eq") or "", (m.group("br") or "").strip()
+        if br:
+            duration = re.fullmatch(r"std::chrono::(%s)" % "|".join(UNITS), m.group("type"))
+            init = f"{m.group('type')}({br})" if duration else "{" + br + "}"
+        members.append((m.group("name"), m.group("type"), init))
     return members
 
 
@@ -80,10 +91,22 @@ def code_span(cell):
 # The README's option tables: each follows a marker `<!-- reference-table: STRUCT HEADER -->`
 # and lists every data member of STRUCT as `| `field` | `type` | `default` ... | meaning |`,
 # in declaration order, so that designated initializers written in the table's order compile.
-TABLES = [("retry_policy", "include/coretry/policy.hpp"),
-          ("hedge_options", "include/coretry/hedge.hpp"),
-          ("circuit_breaker_options", "include/coretry/breaker.hpp")]
-MARKER = re.compile(r"^<!--\s*reference-table:\s*(\w+)\s+(\S+)\s*-->\s*$")
+# STRUCT is qualified below `coretry`; the third entry names the component whose headers hold it
+# (None: the core), skipped when this build does not have it.
+TABLES = [("retry_policy", "include/coretry/policy.hpp", None),
+          ("hedge_options", "include/coretry/hedge.hpp", None),
+          ("circuit_breaker_options", "include/coretry/breaker.hpp", None),
+          ("ratio_budget_options", "include/coretry/budget.hpp", None),
+          ("adaptive_throttle_options", "include/coretry/throttle.hpp", None),
+          ("adaptive_rate_options", "include/coretry/rate_limit.hpp", None),
+          ("endpoint_registry_options", "include/coretry/registry.hpp", None),
+          ("http::retry_rules", "include/coretry/http.hpp", None),
+          ("prometheus_options", "include/coretry/prometheus.hpp", "prometheus"),
+          ("curl::client_options", "include/coretry/curl/client.hpp", "curl"),
+          ("curl::tls_options", "include/coretry/curl/request.hpp", "curl"),
+          ("curl::request", "include/coretry/curl/request.hpp", "curl"),
+          ("config::grpc_options", "include/coretry/config/json.hpp", "config")]
+MARKER = re.compile(r"^<!--\s*reference-table:\s*(\w+(?:::\w+)*)\s+(\S+)\s*-->\s*$")
 
 
 def readme_tables(readme):
@@ -132,6 +155,9 @@ def main():
     ap.add_argument("--flag", action="append", default=[])
     ap.add_argument("--skip-size", action="store_true",
                     help="the docs state sizes for x86-64 with libstdc++; skip them elsewhere")
+    for component in ("curl", "prometheus", "config"):
+        ap.add_argument(f"--skip-{component}", action="store_true",
+                        help=f"this build has no {component}: skip the tables of its structs")
     a = ap.parse_args()
     os.chdir(a.source_dir)
     bad = 0
@@ -151,7 +177,12 @@ def main():
     # type and each default a valid value of it (checked by the compiler, below).
     tables = readme_tables("README.md")
     checks = []  # (line, struct, field, type, default) for the compiled check
-    for struct, header in TABLES:
+    checked = []  # the (struct, header) pairs of this build's components
+    for struct, header, component in TABLES:
+        if component and getattr(a, f"skip_{component}"):
+            print(f"skip README {struct} table: this build has no {component}")
+            continue
+        checked.append((struct, header))
         if struct not in tables:
             bad += 1
             print(f"FAIL README has no `<!-- reference-table: {struct} {header} -->` table")
@@ -187,19 +218,29 @@ def main():
             readme_errc("README.md"), errc_values("include/coretry/error.hpp"))
 
     # The types and defaults, compiled: `decltype(struct::field)` is the table's type, and the
-    # table's default initializes it (in namespace coretry, with the chrono literals).
-    unit = ["#include <type_traits>"] + [f"#include <{h[len('include/'):]}>" for _, h in TABLES]
-    unit += ["namespace coretry {"]
-    for line, struct, field, type_, default in checks:
-        unit += [f'#line {line} "README.md"',
-                 f"static_assert(std::is_same_v<decltype({struct}::{field}), {type_}>, "
-                 f'"README.md:{line}: the type of {struct}::{field} is not {type_}");']
-    unit += ["[[maybe_unused]] inline void table_defaults() {",
-             "  using namespace std::chrono_literals;"]
+    # table's default initializes it (in the struct's namespace, `coretry` or one below it, as
+    # the header names the types; with the chrono literals; a braced default as `T d{...}`).
+    headers = sorted({h for _, h in checked})
+    unit = ["#include <type_traits>"] + [f"#include <{h[len('include/'):]}>" for h in headers]
     for i, (line, struct, field, type_, default) in enumerate(checks):
-        init = "{}" if canonical_default(default) == "{}" else f" = {default}"
-        unit += [f'#line {line} "README.md"', f"  [[maybe_unused]] {type_} d{i}{init};"]
-    unit += ["}", "} // namespace coretry", ""]
+        ns = "::".join(["coretry"] + struct.split("::")[:-1])
+        name = struct.split("::")[-1]
+        if canonical_default(default) == "{}":
+            init = "{}"
+        elif default.startswith("{"):
+            init = default
+        else:
+            init = f" = {default}"
+        unit += [f"namespace {ns} {{",
+                 f'#line {line} "README.md"',
+                 f"static_assert(std::is_same_v<decltype({name}::{field}), {type_}>, "
+                 f'"README.md:{line}: the type of {struct}::{field} is not {type_}");',
+                 f"[[maybe_unused]] inline void table_default_{i}() {{",
+                 "  using namespace std::chrono_literals;",
+                 f'#line {line} "README.md"',
+                 f"  [[maybe_unused]] {type_} d{init};",
+                 "}", f"}} // namespace {ns}"]
+    unit += [""]
     with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as f:
         f.write("\n".join(unit))
     r = subprocess.run([a.cxx, "-std=c++20", "-fsyntax-only", "-Werror=narrowing", *a.flag,
