@@ -289,7 +289,7 @@ TEST_CASE("narrowing the classifier does not change what the breaker hears") {
       outcome o;
       if (hedged) {
         coretry::hedge_stats stats;
-        o = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 2}, stats);
+        o = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 2}, stats);
       } else {
         coretry::retry_stats stats;
         o = run_retry(io, op, p, stats);
@@ -320,7 +320,7 @@ TEST_CASE("a hedge asks the policy's classifier about each copy") {
     return attempt_decision{.retry = v != nullptr && *v == 0};
   };
   coretry::hedge_stats stats;
-  const outcome o = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 1}, stats);
+  const outcome o = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 1}, stats);
   CHECK(o.completions == 1);
   CHECK(!o.error);
   CHECK(o.value == 9);

@@ -476,10 +476,11 @@ protected:
   using queue_type =
       deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
   using self_ptr = std::shared_ptr<retry_engine>;
-  /// What only a controlled operation needs, in one block made with the state: the attempt's
-  /// cancellation signal, the link into a group source and the entry in the deadline queue. An
-  /// operation nothing can cancel goes without (104 bytes less), which keeps a typical
-  /// state within the sizes malloc serves from its per-thread cache.
+  /// What only a controlled operation needs, in one block of its own, allocated when the state
+  /// is made (in place of the signal's own allocation): the attempt's cancellation signal, the
+  /// link into a group source and the entry in the deadline queue. An operation nothing can
+  /// cancel goes without (104 bytes less), which keeps a typical state within the sizes malloc
+  /// serves from its per-thread cache.
   struct control final : cancellation_registration, queue_type::entry {
     explicit control(retry_engine& o) noexcept : owner(o) {}
     retry_engine& owner;
