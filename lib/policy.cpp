@@ -17,6 +17,15 @@ bool default_throttle_if(const std::error_code& ec) noexcept {
   return ec == errc::attempt_timeout || ec == std::errc::timed_out;
 }
 
+attempt_decision default_classify(const attempt_result& r) noexcept {
+  attempt_decision d;
+  if (r.error()) {
+    d.retry = default_retry_if(r.error());
+    d.throttle = default_throttle_if(r.error());
+  }
+  return d;
+}
+
 void retry_policy::validate() const {
   constexpr const char* where = "coretry::retry_policy";
   const auto ns = [](nanoseconds d) { return std::to_string(d.count()) + "ns"; };
@@ -33,6 +42,19 @@ void retry_policy::validate() const {
                    "the policy needs an endpoint_registry with a breaker to supply each "
                    "endpoint's own: curl::client_options::resilience, or "
                    "endpoint_registry::apply; for one upstream use presets::overload_safe()");
+  if (classify) {
+    const char* mixed = retry_if             ? "retry_if"
+                        : pushback_if        ? "pushback_if"
+                        : throttle_if        ? "throttle_if"
+                        : result_filter      ? "result_filter (retry_if_result)"
+                        : retry_if_exception ? "retry_if_exception"
+                                             : nullptr;
+    if (mixed)
+      detail::refuse(
+          where, "classify", "set",
+          (std::string("and ") + mixed + " is set too: classify replaces it, decide there")
+              .c_str());
+  }
   if (when_open != on_open::fail && when_open != on_open::wait)
     detail::refuse(where, "when_open", std::to_string(static_cast<int>(when_open)),
                    "must be on_open::fail or on_open::wait");

@@ -563,3 +563,57 @@ TEST_CASE("fallback: an awaitable and a token operation supply the result") {
   drive(io, [&] { return f.completions > 0; });
   CHECK(f.error == std::errc::host_unreachable);
 }
+
+// The rule's steps themselves (detail/attempt_shape.hpp), which every path above goes through.
+TEST_CASE("the exception rule: a system_error is its code, a listed exception is retried, the "
+          "rest is a bug, and a spawn that could not start keeps only operation_aborted") {
+  using coretry::detail::kept_codes;
+  using result = coretry::detail::loop_result<int>;
+  const auto thrown = [](auto e) { return std::make_exception_ptr(e); };
+
+  // Step 1: a std::system_error is the error it carries; anything else is kept.
+  result a;
+  coretry::detail::take_exception(a, thrown(std::system_error(refused)));
+  CHECK(a.error == refused);
+  CHECK_FALSE(a.exception);
+  result b;
+  coretry::detail::take_exception(b, thrown(flaky_error("flaky")));
+  CHECK_FALSE(b.error);
+  CHECK(b.exception);
+
+  // Step 2: an exception the policy lists is a failed attempt, and is handed back; a result the
+  // policy rejects is `result_rejected`; with no predicate the exception stays.
+  const retry_policy listed{.retry_if_exception = coretry::retry_on<transient_error>()};
+  const retry_policy p = listed.retry_if_result<int>([](int v) { return v < 0; });
+  std::exception_ptr retried = coretry::detail::judge_attempt(p, b);
+  CHECK(retried);
+  CHECK(b.error == errc::retryable_exception);
+  CHECK_FALSE(b.exception);
+  result c;
+  c.value.emplace(-1);
+  CHECK_FALSE(coretry::detail::judge_attempt(p, c));
+  CHECK(c.error == errc::result_rejected);
+  result d;
+  coretry::detail::take_exception(d, thrown(other_transient{}));
+  CHECK_FALSE(coretry::detail::judge_attempt(p, d));
+  CHECK(d.exception);
+
+  // Step 3: what stays an exception is a bug.
+  CHECK(coretry::detail::fatal_exception(d));
+  CHECK(d.error == errc::unexpected_exception);
+
+  // A spawn that could not start: operation_aborted is a cancellation, any other code a bug
+  // (kept_codes::aborted_only); the composed operation's own spawn keeps every code.
+  result e;
+  CHECK_FALSE(coretry::detail::take_fatal_exception(
+      e, thrown(std::system_error(coretry::detail::aborted_error())), kept_codes::aborted_only));
+  CHECK(coretry::detail::is_aborted(e.error));
+  result f;
+  CHECK(coretry::detail::take_fatal_exception(f, thrown(std::system_error(refused)),
+                                              kept_codes::aborted_only));
+  CHECK(f.error == errc::unexpected_exception);
+  CHECK(f.exception);
+  result g;
+  CHECK_FALSE(coretry::detail::take_fatal_exception(g, thrown(std::system_error(refused))));
+  CHECK(g.error == refused);
+}

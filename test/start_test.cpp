@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <system_error>
 #include <utility>
 
@@ -162,6 +163,40 @@ TEST_CASE("an attempt whose handler runs inside its own initiation does not comp
     CHECK(r.calls == 1);
     CHECK(!r.ec);
     CHECK(r.value == 2);
+  }
+}
+
+TEST_CASE("what the caller's handler throws leaves run() when an attempt completed inside its own "
+          "initiation") {
+  // The first step is posted (started from outside run), or the attempt follows a sleep: the
+  // attempt's handler then runs inside its initiating function on the operation's executor.
+  // The caller's handler is not called there, where the attempt's guard would swallow what it
+  // throws, but later, so that its exception leaves through run() as Asio's handlers' do.
+  // io_context's own executor would capture the exception of a handler it runs inline; a strand
+  // (and thread_pool's executor) lets it through, into the attempt's guard.
+  for (const bool on_strand : {false, true}) {
+    for (const int failures : {0, 1}) {
+      CAPTURE(on_strand);
+      CAPTURE(failures);
+      asio::io_context io;
+      counted_op op{&io, std::make_shared<int>(0), failures, true};
+      int handled = 0;
+      auto handler = [&](error_code ec, int) {
+        CHECK(!ec);
+        ++handled;
+        throw std::runtime_error("from the caller's handler");
+      };
+      if (on_strand)
+        coretry::async_retry(asio::make_strand(io), op, quick_policy(), handler);
+      else
+        coretry::async_retry(io.get_executor(), op, quick_policy(), handler);
+      CHECK_THROWS_WITH_AS(io.run(), "from the caller's handler", std::runtime_error);
+      CHECK(handled == 1);
+      CHECK(*op.calls == failures + 1);
+      io.restart();
+      CHECK(io.run() == 0);
+      CHECK(handled == 1);
+    }
   }
 }
 

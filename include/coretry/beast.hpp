@@ -483,6 +483,36 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
         "http://" + uri_host(st->where.host) + ":" +
         (service_port(st->where.service) != 0 ? std::to_string(service_port(st->where.service))
                                               : st->where.service);
+  // The caller's on_retry sees a rejected response as its status, as coretry::curl reports it.
+  if (p.on_retry)
+    p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
+      if (e.error != coretry::errc::result_rejected || st->last_status == 0)
+        return user(e);
+      coretry::retry_event with_status = e;
+      with_status.error = coretry::http::make_status_error(st->last_status);
+      user(with_status);
+    };
+  using response_type = http::response<ResponseBody>;
+  if (p.classify) {
+    // The caller's classifier decides; the rules' limits per kind of failure hold all the
+    // same, counted once per attempt it retries, as below.
+    p.classify = [user = std::move(p.classify), st](const coretry::attempt_result& r) {
+      coretry::attempt_decision d = user(r);
+      if (!d.retry)
+        return d;
+      if (r.error()) {
+        const auto kind = transport_failure(r.error(), st->rules);
+        if (kind && st->counts.exhausted(*kind, st->rules))
+          d.retry = false;
+      } else if (const response_type* res = r.template value<response_type>()) {
+        if (coretry::http::is_retryable_status(res->result_int(), st->rules) &&
+            !st->counts.record(coretry::http::failure_kind::status, st->rules))
+          d.retry = false;
+      }
+      return d;
+    };
+    return p;
+  }
   // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
   // is final, whatever decides the rest.
   p.retry_if = [user = std::move(p.retry_if), st](const std::error_code& ec) {
@@ -501,16 +531,6 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
       return true;
     return user && user(ec);
   };
-  // The caller's on_retry sees a rejected response as its status, as coretry::curl reports it.
-  if (p.on_retry)
-    p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
-      if (e.error != coretry::errc::result_rejected || st->last_status == 0)
-        return user(e);
-      coretry::retry_event with_status = e;
-      with_status.error = coretry::http::make_status_error(st->last_status);
-      user(with_status);
-    };
-  using response_type = http::response<ResponseBody>;
   if (!p.result_filter)
     p = std::move(p).template retry_if_result<response_type>([st](const response_type& r) {
       return coretry::http::is_retryable_status(r.result_int(), st->rules);
@@ -626,6 +646,9 @@ retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
@@ -639,6 +662,9 @@ retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, with the default `coretry::http::retry_rules` (those of `coretry::curl::retry`).
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
@@ -654,6 +680,9 @@ retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
@@ -689,6 +718,12 @@ auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
 }
 
 /// As above, with the default `coretry::http::retry_rules`.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class ResponseBody = http::string_body, class RequestBody, class Fields,
           class CompletionToken>
 auto async_retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,

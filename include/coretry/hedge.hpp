@@ -170,9 +170,11 @@ namespace coretry {
 /// `asio::error::operation_aborted` when cancelled; what an operation or hook threw, as itself.
 ///
 /// @par Per-Operation Cancellation
-/// Terminal cancellation of the awaiting coroutine and the policy's group token cancel every
-/// copy in flight; the operation throws `std::system_error(asio::error::operation_aborted)` once
-/// they have all returned.
+/// Terminal cancellation of the awaiting coroutine and the policy's group token (from any
+/// thread) cancel every copy in flight (terminal, each through its own signal; the breaker
+/// hears them abandoned) and start no further one; the call throws
+/// `std::system_error(asio::error::operation_aborted)` once they have all returned. A
+/// cancellation after a winner is known changes nothing: the winner is returned.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
@@ -181,6 +183,9 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
@@ -199,8 +204,11 @@ hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
 /// first. Until then the operation keeps the handler's executor busy (outstanding work).
 ///
 /// @par Per-Operation Cancellation
-/// Any type, through the handler's slot, and the group token: every running attempt is
-/// cancelled as terminal and the operation completes with `asio::error::operation_aborted`.
+/// Terminal, partial and total cancellation through the handler's slot (from any thread) all do
+/// the same, and so does the policy's group token: every attempt in flight is cancelled
+/// (terminal, each through its own signal; the breaker hears them abandoned), no further one
+/// starts, and the handler gets `asio::error::operation_aborted` once they have all returned.
+/// A cancellation after a winner is known changes nothing: the winner is delivered.
 ///
 /// Throws `std::invalid_argument` at the call when an argument is invalid; nothing starts then.
 /// The token may be left out, as for `async_retry`: the executor's default completion token.
@@ -218,6 +226,12 @@ auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken = asio::default_completion_token_t<Executor>>
 requires detail::policy_value<Policy> && detail::token_for<CompletionToken, Op>

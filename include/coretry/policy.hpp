@@ -6,6 +6,7 @@
 #include <coretry/backoff.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/cancellation.hpp>
+#include <coretry/classify.hpp>
 #include <coretry/error.hpp>
 #include <coretry/export.hpp>
 #include <coretry/limits.hpp>
@@ -256,9 +257,23 @@ struct CORETRY_API retry_policy {
   /// at once with `errc::unexpected_exception`, as does a predicate that throws. Runs on the
   /// operation's executor.
   std::function<bool(const std::exception_ptr&)> retry_if_exception{};
+  /// One function from an attempt's outcome to what the loop does with it (classify.hpp): retry
+  /// or not, whether the upstream pushed back, whether the sending rate slows down, and a
+  /// server hint read from the outcome. It sees the attempt's error, exception or value
+  /// (`attempt_result::value<T>()`) with what the attempt told its `attempt_context`. Set, it
+  /// is the only judge: `retry_if`, `pushback_if`, `throttle_if`, `retry_if_result` and
+  /// `retry_if_exception` must be empty (`validate()` refuses the mix). Not asked for an
+  /// attempt a timer cut (a retried failure that slows the sending rate) or one a cancellation
+  /// abandoned; a cancellation is never retried, whatever it says. What the gate hears is the
+  /// gate's own classification (`attempt_gate::classify`), whatever this decides. Empty (the
+  /// default): the 0.2 predicates decide, as `default_classify` when they are empty too. Runs on
+  /// the operation's executor; with a `shared_policy`, concurrently for several operations. One
+  /// that throws stops the operation with `errc::unexpected_exception`.
+  std::function<attempt_decision(const attempt_result&)> classify{};
 
   /// Throws `std::invalid_argument` when a field is out of range (`max_attempts` of 0, a
-  /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`).
+  /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`), or `classify` is set
+  /// with one of the predicates it replaces.
   void validate() const;
 
   /// Treats results for which `pred(result)` is true as retryable failures

@@ -110,10 +110,13 @@ template <class F> fallback_t<std::decay_t<F>> fallback(F&& f) {
 /// signature carries (see the file comment).
 ///
 /// @par Per-Operation Cancellation
-/// Terminal cancellation of the awaiting coroutine (an enclosing `||`, a bound slot) and the
-/// policy's group token (`retry_policy::cancellation`) stop the operation in an attempt or in a
-/// sleep; it then throws `std::system_error(asio::error::operation_aborted)`, once, and is never
-/// retried.
+/// Terminal cancellation of the awaiting coroutine (an enclosing `||`, a bound slot; the
+/// coroutine's filter lets only terminal through by default) stops the operation: an attempt in
+/// flight is cancelled (terminal, through the slot it is bound to) and counts as abandoned, a
+/// sleep ends at once, and no further attempt starts. The policy's group token
+/// (`retry_policy::cancellation`) does the same from any thread. Either way the call throws
+/// `std::system_error(asio::error::operation_aborted)`, once; with the group token
+/// `retry_stats::reason` says `errc::cancelled`.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy) {
@@ -124,6 +127,9 @@ retry_async(Op op, Policy&& policy) {
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy, retry_stats& stats) {
@@ -137,15 +143,9 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 /// through any completion token (callbacks, `use_future`, `use_awaitable`,
 /// `as_tuple(...)`, ...).
 ///
-/// Completion signature (with Boost.Asio, `boost::system::error_code` in place of
-/// `std::error_code` here and in every token-based coretry operation: docs/asio.md):
-/// `void(std::error_code, T)`, or `void(std::error_code)` when `T` is
-/// `void`, or `void(std::error_code, std::optional<T>)` when `T` is not default constructible
-/// (empty with an error). The error is empty on success and when the last result is returned
-/// after rejected results; otherwise the final error (see `final_error`),
-/// `asio::error::operation_aborted`, or `errc::unexpected_exception`. The handler is called
-/// exactly once, through its associated executor (by default `executor`), never from inside
-/// this call; if the execution context is destroyed first, it is destroyed uncalled.
+/// The handler is called exactly once, through its associated executor (by default
+/// `executor`), never from inside this call; if the execution context is destroyed first, it
+/// is destroyed uncalled.
 ///
 /// Throws `std::invalid_argument` at the call when the policy is invalid (or an empty
 /// `shared_policy`); nothing starts then. Thread safety: the call may be made from any thread.
@@ -157,13 +157,22 @@ retry_async(Op op, Policy&& policy, retry_stats& stats) {
 ///
 /// @par Completion Signature
 /// `void(error_code, T)`; `void(error_code)` when `T` is `void`;
-/// `void(error_code, std::optional<T>)` when `T` is not default constructible (`error_code`:
-/// `std::error_code`, or `boost::system::error_code` with Boost.Asio).
+/// `void(error_code, std::optional<T>)` when `T` is not default constructible (empty with an
+/// error). `error_code` is `std::error_code`, or with Boost.Asio `boost::system::error_code`,
+/// here and in every token-based coretry operation (docs/asio.md). The error is empty on
+/// success and when the last result is returned after rejected results; otherwise the final
+/// error (see `final_error`), `asio::error::operation_aborted`, or
+/// `errc::unexpected_exception` (`errc::retryable_exception` when the last attempt threw an
+/// exception the policy retries).
 ///
 /// @par Per-Operation Cancellation
-/// Terminal, partial and total cancellation through the handler's associated slot, and the
-/// policy's group token, stop the operation in an attempt or in a sleep; the handler then gets
-/// `asio::error::operation_aborted`, once, and a cancelled operation is never retried.
+/// Terminal, partial and total cancellation through the handler's associated slot, emitted from
+/// any thread, all do the same: an attempt in flight is cancelled (terminal, through the slot it
+/// is bound to) and counts as abandoned, a sleep ends at once, and no further attempt starts;
+/// the handler then gets `asio::error::operation_aborted`, once, and a cancelled operation is
+/// never retried. The policy's group token (`retry_policy::cancellation`) does the same, with
+/// `retry_stats::reason` saying `errc::cancelled`. An attempt that succeeds while a
+/// cancellation is on its way is delivered as a success.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken = asio::default_completion_token_t<Executor>>
 requires detail::policy_argument<Policy> && detail::token_for<CompletionToken, Op>
@@ -181,6 +190,12 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy,
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class CompletionToken = asio::default_completion_token_t<Executor>>
 requires detail::policy_argument<Policy> && detail::token_for<CompletionToken, Op>
@@ -198,6 +213,12 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, retry_stats& 
 /// Retries `op` under `policy`, then, when it gave up, completes with `fb` (see `fallback`).
 /// \returns the operation's result, or the fallback's. \throws as `retry_async` without a
 /// fallback, for a cancellation or a bug; or what the fallback failed with.
+///
+/// @par Per-Operation Cancellation
+/// As `retry_async` without a fallback while the retry runs, and a cancelled retry runs no
+/// fallback: the call throws `std::system_error(asio::error::operation_aborted)`. Terminal
+/// cancellation of the awaiting coroutine while the fallback runs reaches the fallback (as its
+/// bound slot, for an asynchronous one); the group token does not.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY, class F>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy, fallback_t<F> fb) {
@@ -212,6 +233,9 @@ retry_async(Op op, Policy&& policy, fallback_t<F> fb) {
 
 /// As above, and fills `stats` as the operation goes (the fallback sees the same object).
 /// `stats` must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAULT_POLICY, class F>
 requires detail::policy_argument<Policy> asio::awaitable<detail::op_result_t<Op>>
 retry_async(Op op, Policy&& policy, retry_stats& stats, fallback_t<F> fb) {
@@ -224,11 +248,20 @@ retry_async(Op op, Policy&& policy, retry_stats& stats, fallback_t<F> fb) {
       &stats, std::move(origin));
 }
 
-/// `async_retry` with a fallback (see `fallback`): the completion signature is
-/// `async_retry`'s, and carries the fallback's result when the operation gave up. The handler is
-/// called exactly once through its associated executor; terminal, partial and total
-/// cancellation through its slot reach the retry and the fallback. `executor` must convert to
-/// `asio::any_io_executor` (the fallback runs in a coroutine on it).
+/// `async_retry` with a fallback (see `fallback`). The handler is called exactly once through
+/// its associated executor. `executor` must convert to `asio::any_io_executor` (the fallback
+/// runs in a coroutine on it).
+///
+/// @par Completion Signature
+/// `async_retry`'s (`void(error_code, T)`, `void(error_code)` for `void`,
+/// `void(error_code, std::optional<T>)` when `T` is not default constructible), carrying the
+/// fallback's result, or the error it failed with, when the operation gave up.
+///
+/// @par Per-Operation Cancellation
+/// Terminal, partial and total cancellation through the handler's slot reach the retry (as for
+/// `async_retry`: the handler gets `asio::error::operation_aborted`, and no fallback runs) and,
+/// while it runs, the fallback (as its bound slot, for an asynchronous one). The policy's group
+/// token reaches the retry only.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class F, class CompletionToken>
 requires detail::policy_argument<Policy>
@@ -245,6 +278,12 @@ auto async_retry(const Executor& executor, Op op, Policy&& policy, fallback_t<F>
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Timer = asio::steady_timer, class Executor, class Op, class Policy = retry_policy,
           class F, class CompletionToken>
 requires detail::policy_argument<Policy>

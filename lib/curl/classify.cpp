@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/error.hpp>
+#include <coretry/curl/retry_after.hpp>
 #include <coretry/error.hpp>
+#include <coretry/policy.hpp>
 
 namespace coretry::curl {
 
@@ -106,6 +108,24 @@ bool breaks_connection(const std::error_code& ec) noexcept {
 
 bool is_retryable_status(long status) noexcept {
   return coretry::http::is_retryable_status(status);
+}
+
+coretry::attempt_decision classify(const coretry::attempt_result& r,
+                                   const coretry::http::retry_rules& rules) {
+  coretry::attempt_decision d;
+  if (r.error()) {
+    d.retry = is_retryable(r.error(), rules);
+    d.throttle = coretry::default_throttle_if(r.error()) || r.error() == errc::operation_timedout;
+  } else if (const response* res = r.value<response>()) {
+    d.retry = coretry::http::is_retryable_status(res->status, rules);
+    d.pushback = d.retry && coretry::http::is_pushback_status(res->status);
+    d.throttle = d.retry && coretry::http::slows_sending_rate(res->status);
+    if (d.retry && coretry::http::honours_retry_after(res->status, rules))
+      if (auto value = res->header("Retry-After"))
+        if (auto hint = parse_retry_after(*value))
+          d.retry_after = *hint;
+  }
+  return d;
 }
 
 bool is_idempotent(std::string_view m) noexcept {

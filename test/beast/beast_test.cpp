@@ -460,6 +460,40 @@ TEST_CASE("a policy's own response filter replaces the status rule; status_retri
   }
 }
 
+TEST_CASE("a classifier of the caller's own decides Beast's retry; status_retries still holds") {
+  asio::io_context io;
+  coretry::http::retry_rules rules;
+  rules.status_retries = 1;
+  auto policy = quick_policy(5);
+  policy.classify = [](const coretry::attempt_result& r) {
+    const auto* res = r.value<http::response<http::string_body>>();
+    if (!res)
+      return coretry::default_classify(r);
+    return coretry::attempt_decision{.retry = res->result_int() == 404 || res->result_int() == 503};
+  };
+  {
+    http_fault_server server(io.get_executor());
+    server.push(http_action::with_status(404, "not yet"));
+    server.push(http_action::with_status(404, "still not"));
+    server.push(http_action::ok("there"));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, rules);
+    REQUIRE_FALSE(out.ec);
+    CHECK(out.res.body() == "there");
+    CHECK(out.stats.attempts == 3);
+  }
+  {
+    http_fault_server server(io.get_executor());
+    server.push(http_action::with_status(503, "busy"));
+    server.push(http_action::with_status(503, "still busy"));
+    server.push(http_action::ok("never"));
+    auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, rules);
+    REQUIRE_FALSE(out.ec);
+    CHECK(out.res.result_int() == 503);
+    CHECK(out.res.body() == "still busy");
+    CHECK(out.stats.attempts == 2);
+  }
+}
+
 TEST_CASE("a breaker hears Beast's 503 answers as failures and opens on them") {
   asio::io_context io;
   http_fault_server server(io.get_executor());

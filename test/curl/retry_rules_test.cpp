@@ -396,3 +396,68 @@ TEST_CASE("a 2xx or 3xx the rules retry is no breaker failure; a 503 is") {
   CHECK(breaker->failures() == 2);
   CHECK(breaker->state() == coretry::breaker_state::open);
 }
+
+TEST_CASE(
+    "a classifier of the caller's own decides curl::retry, and the rules' limits still hold") {
+  asio::io_context io;
+  http_fault_server server(io.get_executor());
+  client c(io.get_executor());
+  coretry::retry_stats stats;
+  coretry::retry_policy p = fast_policy(5);
+  int asked = 0;
+  p.classify = [&](const coretry::attempt_result& r) {
+    ++asked;
+    coretry::attempt_decision d = coretry::curl::classify(r);
+    if (const auto* res = r.value<response>(); res && res->status == 409)
+      d.retry = true;
+    return d;
+  };
+  SUBCASE("a 409 retried until the 200") {
+    server.push(closing(409));
+    server.push(closing(503));
+    auto r = run_retry(io, c, get(server.url()), p, stats);
+    CHECK(r.r.status == 200);
+    CHECK(server.requests() == 3);
+    CHECK(asked == 3);
+  }
+  SUBCASE("a 404 returned at once") {
+    server.push(closing(404));
+    auto r = run_retry(io, c, get(server.url()), p, stats);
+    CHECK(r.r.status == 404);
+    CHECK(server.requests() == 1);
+  }
+  SUBCASE("status_retries = 1 stops the second retryable status, whatever it said") {
+    server.push(closing(503));
+    auto second = closing(502);
+    second.body = "second";
+    server.push(second);
+    auto r = run_retry(io, c, with_rules(get(server.url()), {.status_retries = 1}), p, stats);
+    CHECK(r.r.status == 502);
+    CHECK(r.r.body == "second");
+    CHECK(server.requests() == 2);
+  }
+  SUBCASE("beside a predicate it replaces, refused at the call") {
+    p.retry_if = [](const std::error_code&) { return true; };
+    CHECK_THROWS_AS(run_retry(io, c, get(server.url()), p, stats), std::invalid_argument);
+    CHECK(server.requests() == 0);
+    CHECK(asked == 0);
+  }
+}
+
+TEST_CASE("curl::classify decides as curl::retry does by default") {
+  const response ok{.status = 200};
+  const response busy{.status = 503};
+  CHECK_FALSE(coretry::curl::classify(coretry::attempt_result(1).with_value(ok)).retry);
+  const coretry::attempt_decision d =
+      coretry::curl::classify(coretry::attempt_result(1).with_value(busy));
+  CHECK(d.retry);
+  CHECK(d.throttle);
+  CHECK_FALSE(d.pushback);
+  CHECK(coretry::curl::classify(coretry::attempt_result(1, errc::couldnt_connect)).retry);
+  CHECK(coretry::curl::classify(coretry::attempt_result(1, errc::operation_timedout)).throttle);
+  CHECK_FALSE(
+      coretry::curl::classify(coretry::attempt_result(1, errc::couldnt_resolve_host)).retry);
+  CHECK(coretry::curl::classify(coretry::attempt_result(1, errc::couldnt_resolve_host),
+                                {.retry_dns_failures = true})
+            .retry);
+}

@@ -3,6 +3,7 @@
 /// \file
 /// The HTTP retry classification used by `coretry::curl::retry`, public for other retry loops.
 
+#include <coretry/classify.hpp>
 #include <coretry/curl/request.hpp>
 #include <coretry/export.hpp>
 #include <coretry/http.hpp>
@@ -53,6 +54,27 @@ CORETRY_CURL_API bool is_dns_failure(const std::error_code& ec) noexcept;
 ///   generic `connection_reset`, `connection_aborted` and `timed_out`.
 CORETRY_CURL_API std::optional<coretry::http::failure_kind>
 failure_kind_of(const std::error_code& ec, std::string_view error_detail = {}) noexcept;
+
+/// What `coretry::curl::retry` decides for one attempt by default, as a `retry_policy::classify`
+/// to start from. A transport error is retried when `is_retryable(ec, rules)`, and slows the
+/// sending rate when it is a time-out. A response (`r.value<response>()`) is retried when the
+/// rules retry its status (`coretry::http::is_retryable_status(status, rules)`); a 429 is a
+/// push-back; a 429 or 503 slows the sending rate; and its `Retry-After` is the decision's hint
+/// when the rules honour it for that status. Anything else is accepted. The rules' limits per
+/// kind of failure (`connect_retries`, `status_retries`, ...) are counted by `curl::retry`
+/// itself, whichever classifier decides; pass the same `rules` as the request or client has.
+///
+/// ```
+/// coretry::retry_policy policy{.max_attempts = 4};
+/// policy.classify = [](const coretry::attempt_result& r) {
+///   coretry::attempt_decision d = coretry::curl::classify(r);
+///   if (const auto* res = r.value<coretry::curl::response>(); res && res->status == 409)
+///     d.retry = true; // this service answers 409 while a write settles
+///   return d;
+/// };
+/// ```
+CORETRY_CURL_API coretry::attempt_decision
+classify(const coretry::attempt_result& r, const coretry::http::retry_rules& rules = {});
 
 /// Whether an HTTP status is worth retrying by default: 408, 429, 500, 502, 503 and 504. Every
 /// other status, other 4xx in particular, is final. `coretry::http::is_retryable_status`.

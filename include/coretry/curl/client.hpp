@@ -291,13 +291,14 @@ public:
   /// The options given at construction.
   const client_options& options() const noexcept { return options_; }
 
-  /// Performs `req` and reports the response.
+  /// Performs `req` and reports the response. The handler is invoked exactly once, through its
+  /// associated executor, never from inside this call.
   ///
-  /// Completion signature: `void(std::error_code, response)` (`boost::system::error_code` with
-  /// Boost.Asio). The error is empty for every
-  /// complete HTTP response, whatever its status; otherwise it is a transport error in
-  /// `curl_category()` (see `errc`) or `asio::error::operation_aborted`. The handler is invoked
-  /// exactly once, through its associated executor, never from inside this call.
+  /// @par Completion Signature
+  /// `void(std::error_code, response)` (`boost::system::error_code` with Boost.Asio). The error
+  /// is empty for every complete HTTP response, whatever its status; otherwise it is a
+  /// transport error in `curl_category()` (see `errc`; the response then carries
+  /// `response::error_detail`) or `asio::error::operation_aborted`.
   ///
   /// @par Per-Operation Cancellation
   /// Terminal, partial and total cancellation through the handler's associated slot all abort
@@ -320,6 +321,11 @@ public:
   /// transport error (its `what()` includes `response::error_detail`) or cancellation. A
   /// 4xx/5xx status is returned, not thrown. An invalid `req` throws `std::invalid_argument`
   /// from the call itself.
+  ///
+  /// @par Per-Operation Cancellation
+  /// Terminal cancellation of the awaiting coroutine (what its filter lets through: terminal
+  /// only, by default) aborts the transfer as `async_perform` does; the call then throws
+  /// `std::system_error(asio::error::operation_aborted)`.
   asio::awaitable<response> perform(request req) {
     req.validate();
     return detail::perform_throwing(impl_, executor_, std::move(req));

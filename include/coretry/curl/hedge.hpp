@@ -94,8 +94,10 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// reason, see `final_error`), or `asio::error::operation_aborted` when cancelled.
 ///
 /// @par Per-Operation Cancellation
-/// As `retry`: terminal cancellation of the awaiting coroutine and the policy's group token
-/// cancel every copy in flight. Lifetime and thread safety as `retry`: `c` need not outlive the
+/// As `coretry::hedge_async`: terminal cancellation of the awaiting coroutine and the policy's
+/// group token cancel every copy in flight (each transfer is removed from libcurl), and it
+/// throws `std::system_error(asio::error::operation_aborted)` once they have all returned.
+/// Lifetime and thread safety as `retry`: `c` need not outlive the
 /// operation (copies still running end with `operation_aborted`).
 template <class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<response>
@@ -107,12 +109,18 @@ hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy,
 }
 
 /// `hedge` with the default `retry_policy` and `hedge_options`.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 inline asio::awaitable<response> hedge(client& c, CORETRY_CURL_REQUEST req) {
   return detail::hedge_compiled(c, std::move(req), coretry::retry_policy(),
                                 coretry::hedge_options());
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<response>
 hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::hedge_options options,
@@ -128,11 +136,16 @@ hedge(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::hedge_optio
 /// then. Thread safety: any thread.
 ///
 /// @par Completion Signature
-/// `void(error_code, response)`; the error is empty whenever a response is delivered.
+/// `void(error_code, response)` (`error_code`: `std::error_code`, or `boost::system::error_code`
+/// with Boost.Asio); the error is empty whenever a response is delivered (the first acceptable
+/// one, or the last retryable one when no copy may start), except for a breaker's refusal:
+/// `coretry::errc::circuit_open` with the last retryable response, if any. Otherwise the last
+/// transport error or the policy's reason (`final_error`).
 ///
 /// @par Per-Operation Cancellation
-/// Any type through the handler's slot, and the group token: every copy in flight is cancelled;
-/// the handler gets `operation_aborted`, once.
+/// As `coretry::async_hedge`: terminal, partial or total cancellation through the handler's
+/// slot, and the policy's group token, cancel every copy in flight (each transfer is removed
+/// from libcurl); the handler gets `operation_aborted`, once, when they have all returned.
 template <class CompletionToken>
 auto async_hedge(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  coretry::hedge_options options, CompletionToken&& token) {

@@ -154,6 +154,44 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     p.max_attempts = 1;
   if (p.observer && p.label.empty())
     p.label = endpoint_label(st->req.url);
+  p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
+    if (user) {
+      if (e.error == coretry::errc::result_rejected && st->last_status != 0) {
+        coretry::retry_event with_status = e;
+        with_status.error = make_http_status_error(st->last_status);
+        user(with_status);
+      } else {
+        user(e);
+      }
+    }
+    st->sleep();
+  };
+  if (p.classify) {
+    // The caller's classifier decides (`curl::classify` is the default one, to extend). The
+    // rules' limits per kind of failure hold all the same, counted once per attempt it
+    // retries, as below; with a breaker, the response it rejects is kept for
+    // `circuit_open_error`.
+    p.classify = [user = std::move(p.classify), st,
+                  keep = p.breaker != nullptr](const coretry::attempt_result& r) {
+      coretry::attempt_decision d = user(r);
+      if (!d.retry)
+        return d;
+      if (r.error()) {
+        const auto kind = failure_kind_of(
+            r.error(), r.error() == st->last_error ? std::string_view(st->last_detail) : "");
+        if (kind && st->counts.exhausted(*kind, st->rules))
+          d.retry = false;
+      } else if (const response* res = r.value<response>()) {
+        if (coretry::http::is_retryable_status(res->status, st->rules) &&
+            !st->counts.record(coretry::http::failure_kind::status, st->rules))
+          d.retry = false;
+        else if (keep)
+          st->last_rejected = *res;
+      }
+      return d;
+    };
+    return p;
+  }
   // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
   // is final, whatever decides the rest. The kind of the last attempt's error is read with its
   // libcurl account (a timeout while connecting or after sending).
@@ -178,18 +216,6 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     if (ec == coretry::errc::result_rejected && coretry::http::is_pushback_status(st->last_status))
       return true;
     return user && user(ec);
-  };
-  p.on_retry = [user = std::move(p.on_retry), st](const coretry::retry_event& e) {
-    if (user) {
-      if (e.error == coretry::errc::result_rejected && st->last_status != 0) {
-        coretry::retry_event with_status = e;
-        with_status.error = make_http_status_error(st->last_status);
-        user(with_status);
-      } else {
-        user(e);
-      }
-    }
-    st->sleep();
   };
   // The caller's result filter, when set, replaces the status classification (as `retry_if`
   // replaces `is_retryable`); one on another type than `response` is refused at the call by the
@@ -374,9 +400,11 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 /// `asio::error::operation_aborted` when cancelled.
 ///
 /// @par Per-Operation Cancellation
-/// Terminal cancellation of the awaiting coroutine, and the policy's group token,
-/// stop it in an attempt (the transfer is removed from libcurl) or in a sleep. While it sleeps
-/// it holds no easy handle and no connection, and counts in `client_stats::waiting_retries`.
+/// As `coretry::retry_async`: terminal cancellation of the awaiting coroutine, and the policy's
+/// group token, stop it in an attempt (the transfer is removed from libcurl, its connection
+/// closed if unfinished) or in a sleep, and it throws
+/// `std::system_error(asio::error::operation_aborted)`. While it sleeps it holds no easy handle
+/// and no connection, and counts in `client_stats::waiting_retries`.
 ///
 /// Lifetime: the operation does not keep `c` alive and `c` need not outlive it. When `c` is
 /// destroyed, an attempt in flight ends with `operation_aborted` (as every transfer does), and
@@ -392,12 +420,18 @@ retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy) {
 }
 
 /// `retry` with the default `retry_policy`.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 inline asio::awaitable<response> retry(client& c, CORETRY_CURL_REQUEST req) {
   return detail::retry_compiled(c, std::move(req), coretry::retry_policy());
 }
 
 /// As above, and fills `stats` (attempts, time slept, why it stopped). `stats` must outlive
 /// the operation.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class Policy CORETRY_DEFAULT_POLICY>
 requires coretry::detail::policy_value<Policy> asio::awaitable<response>
 retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::retry_stats& stats) {
@@ -411,15 +445,17 @@ retry(client& c, CORETRY_CURL_REQUEST req, Policy&& policy, coretry::retry_stats
 /// then. Thread safety: any thread.
 ///
 /// @par Completion Signature
-/// `void(error_code, response)`; the error is empty whenever a response is delivered (including
-/// a last retryable status once attempts ran out), except for a breaker's refusal:
+/// `void(error_code, response)` (`error_code`: `std::error_code`, or `boost::system::error_code`
+/// with Boost.Asio); the error is empty whenever a response is delivered (including a last
+/// retryable status once attempts ran out), except for a breaker's refusal:
 /// `coretry::errc::circuit_open` with the last retryable response, or a default `response` when
-/// there is none (as `circuit_open_error::last_response`).
+/// there is none (as `circuit_open_error::last_response`). Otherwise the error is the last
+/// transport error or the policy's reason (`final_error`).
 ///
 /// @par Per-Operation Cancellation
-/// Terminal, partial or total cancellation through the handler's slot, or the policy's group
-/// token: the transfer in flight is removed from libcurl, a sleep ends, and the handler gets
-/// `operation_aborted`, once.
+/// As `coretry::async_retry`: terminal, partial or total cancellation through the handler's
+/// slot, or the policy's group token: the transfer in flight is removed from libcurl, a sleep
+/// ends, no further attempt starts, and the handler gets `operation_aborted`, once.
 template <class CompletionToken>
 auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  CompletionToken&& token) {
@@ -435,6 +471,12 @@ auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy poli
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
+///
+/// @par Completion Signature
+/// As above.
+///
+/// @par Per-Operation Cancellation
+/// As above.
 template <class CompletionToken>
 auto async_retry(client& c, CORETRY_CURL_REQUEST req, coretry::retry_policy policy,
                  coretry::retry_stats& stats, CompletionToken&& token) {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// What an attempt is, and how a loop awaits its outcome: the one adapter between the loops
-// (retry_loop.hpp, hedge_op.hpp) and the shapes of attempt Asio code is written in. Private:
-// include <coretry/retry.hpp> or <coretry/hedge.hpp>.
+// What an attempt is, how a loop awaits its outcome, and the one rule that turns what it threw
+// into an outcome: the one adapter between the loops (retry_loop.hpp, retry_op.hpp,
+// hedge_op.hpp, the fallback's fallback_op.hpp) and the shapes of attempt Asio code is written
+// in. Private: include <coretry/retry.hpp> or <coretry/hedge.hpp>.
 //
 // The shape is chosen at compile time, in this order:
 // 1. `op(attempt_context&, token)` or `op(token)`: an initiating function (or a `deferred`
@@ -34,36 +35,58 @@
 
 namespace coretry::detail {
 
-/// The one rule for what an attempt threw, on every path (the composed operation, the direct
-/// loop, the hedge, an `exception_ptr` completion): a `std::system_error` (either flavour's) is
-/// the attempt's error; anything else is kept as its exception, which ends the loop with
-/// `errc::unexpected_exception` unless `judge_exception` finds the policy retries it. Call
-/// inside a `catch` block; `Out` has `error` and `exception`.
-template <class Out> void take_current_exception(Out& out) noexcept {
+// The one rule for what was thrown, on every path (the composed operation, the direct loop,
+// the hedge, an `exception_ptr` completion, a spawn that could not run, the fallback), in
+// three steps that every path takes through the functions below and nowhere else:
+// 1. at the catch (`take_current_exception`, `take_exception`): a `std::system_error` (either
+//    flavour's) is the error it carries; anything else is kept as an exception;
+// 2. once an attempt has ended (`judge_attempt`, or its halves `judge_exception` and
+//    `judge_result`; with the policy's `classify`, `judge_outcome` in retry_loop.hpp): a kept
+//    exception the policy retries is a failed attempt with `errc::retryable_exception` (and a
+//    result it rejects is `errc::result_rejected`);
+// 3. when the operation ends on it (`take_fatal_exception`, or the loops' own exits): an
+//    exception still kept is a bug, `errc::unexpected_exception`.
+
+/// Which `std::system_error`s step 1 turns into their code.
+enum class kept_codes : unsigned char {
+  every,       ///< an attempt's, a spawned attempt's, a fallback's: any code
+  aborted_only ///< a fallback operation that could not start: only `operation_aborted` (the
+               ///< caller's slot cancelled it first); any other code is a bug
+};
+
+/// Step 1, inside a `catch` block; `Out` has `error` and `exception`.
+template <class Out>
+void take_current_exception(Out& out, kept_codes keep = kept_codes::every) noexcept {
   try {
     throw;
   } catch (const std::system_error& e) {
-    out.error = e.code();
+    if (keep == kept_codes::every || is_aborted(e.code()))
+      out.error = e.code();
+    else
+      out.exception = std::current_exception();
 #if CORETRY_ASIO_DISTINCT_SYSTEM_ERROR
   } catch (const asio_system_error& e) {
-    out.error = e.code();
+    if (keep == kept_codes::every || is_aborted(e.code()))
+      out.error = e.code();
+    else
+      out.exception = std::current_exception();
 #endif
   } catch (...) {
     out.exception = std::current_exception();
   }
 }
 
-/// `take_current_exception` for an exception handed over as a pointer (non-null).
-template <class Out> void take_exception(Out& out, std::exception_ptr e) noexcept {
+/// Step 1 for an exception handed over as a pointer (non-null).
+template <class Out>
+void take_exception(Out& out, std::exception_ptr e, kept_codes keep = kept_codes::every) noexcept {
   try {
     std::rethrow_exception(std::move(e));
   } catch (...) {
-    take_current_exception(out);
+    take_current_exception(out, keep);
   }
 }
 
-/// The second half of the rule, asked by every loop (`loop_core::ended`, the hedge's
-/// `attempt_done`) once an attempt has ended: an exception kept in `out.exception` that
+/// Step 2's first half: an exception kept in `out.exception` that
 /// `retry_policy::retry_if_exception` accepts makes the attempt a failure with
 /// `errc::retryable_exception`, and is returned (the loop keeps it for `retry_stats::exception`
 /// and `surface_exception`); one it refuses stays, a bug that ends the loop; a predicate that
@@ -80,6 +103,51 @@ template <class Out> std::exception_ptr judge_exception(const retry_policy& p, O
   }
   out.error = errc::retryable_exception;
   return std::exchange(out.exception, nullptr);
+}
+
+/// Step 2's second half, for an attempt that succeeded: the result predicate
+/// (`retry_if_result`) makes a rejected result `errc::result_rejected`; a predicate that throws
+/// leaves what it threw in `out.exception`.
+template <class Out> void judge_result(const retry_policy& p, Out& out) noexcept {
+  if (out.exception || out.error || !p.result_filter)
+    return;
+  try {
+    if (p.result_filter->call(&*out.value))
+      out.error = errc::result_rejected;
+  } catch (...) {
+    out.exception = std::current_exception();
+  }
+}
+
+/// Step 2, asked by every loop once an attempt has ended and a timer's cut has been written
+/// into `out`: `judge_exception`, then `judge_result`. Returns `judge_exception`'s answer.
+/// The loops ask it through `judge_outcome` (retry_loop.hpp), which asks the policy's
+/// `classify` instead when it has one; the hedge asks only `judge_exception` of a copy it
+/// abandoned.
+template <class Out> std::exception_ptr judge_attempt(const retry_policy& p, Out& out) noexcept {
+  std::exception_ptr retried = judge_exception(p, out);
+  judge_result(p, out);
+  return retried;
+}
+
+/// Step 3: an exception still kept in `out` ends what threw it as a bug,
+/// `errc::unexpected_exception` (the exception stays, for `retry_stats::exception` and the
+/// awaitable front ends). Returns whether there was one.
+template <class Out> bool fatal_exception(Out& out) noexcept {
+  if (!out.exception)
+    return false;
+  out.error = errc::unexpected_exception;
+  return true;
+}
+
+/// Steps 1 and 3 for an exception that ends what threw it without a loop to judge it (a spawn
+/// that could not run): `take_exception`, and an exception still kept is
+/// `errc::unexpected_exception` (it stays in `out.exception`). Returns whether it was kept.
+template <class Out>
+bool take_fatal_exception(Out& out, std::exception_ptr e,
+                          kept_codes keep = kept_codes::every) noexcept {
+  take_exception(out, std::move(e), keep);
+  return fatal_exception(out);
 }
 
 /// When an operation ends reporting `errc::retryable_exception` (its last attempt threw an

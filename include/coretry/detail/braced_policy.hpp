@@ -57,7 +57,8 @@ struct any_field {
 struct braced_policy {
   any_field max_attempts{}, deadline{}, attempt_timeout{}, backoff{}, max_retry_after{}, retry_if{},
       pushback_if{}, on_retry{}, budget{}, breaker{}, when_open{}, rate_limit{}, throttle_if{},
-      cancellation{}, seed{}, report{}, result_filter{}, observer{}, label{}, retry_if_exception{};
+      cancellation{}, seed{}, report{}, result_filter{}, observer{}, label{}, retry_if_exception{},
+      classify{};
 };
 
 template <class> inline constexpr bool braced_policy_refused = false;

@@ -124,10 +124,8 @@ asio::awaitable<loop_result<T>> retry_then_fallback(Op op, Held policy, F f, ret
   }
   const fallback_info info{out.error, s};
   co_await run_fallback<T>(f, info, out);
-  if (out.exception) { // the fallback threw something other than std::system_error
-    out.error = errc::unexpected_exception;
+  if (fatal_exception(out)) // the fallback threw something other than std::system_error
     s.exception = out.exception;
-  }
   co_return out;
 }
 
@@ -162,16 +160,10 @@ template <class Timer, class T> struct initiate_fallback {
                                             stats](std::exception_ptr e, loop_result<T> r) mutable {
               if (e) { // the coroutine could not run at all
                 r.value.reset();
-                r.error = errc::unexpected_exception;
-                try {
-                  std::rethrow_exception(e);
-                } catch (const asio_system_error& x) {
-                  // Cancelled through the caller's slot before it started: co_spawn threw
-                  // operation_aborted into it. Nothing ran; it ends as a cancellation.
-                  if (is_aborted(x.code()))
-                    r.error = aborted_error();
-                } catch (...) {
-                }
+                // Cancelled through the caller's slot before it started: co_spawn threw
+                // operation_aborted into it. Nothing ran; it ends as a cancellation. Anything
+                // else is a bug (attempt_shape.hpp, the rule's steps 1 and 3).
+                take_fatal_exception(r, e, kept_codes::aborted_only);
                 if (stats) {
                   stats->reason = r.error;
                   if (r.error == errc::unexpected_exception)

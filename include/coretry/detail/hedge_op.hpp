@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// The hedged operation: one state, attempts co_spawned beside each other, each with its own
-// cancellation signal, and three kinds of timer (the next hedge, each attempt's timeout, the
-// deadline). Private: include <coretry/hedge.hpp>.
+// The hedged operation: one state, attempts co_spawned beside each other in reused slots, each
+// with its own cancellation signal, and three kinds of timer (the next hedge or a paced send,
+// each attempt's timeout, the deadline). Private: include <coretry/hedge.hpp>.
 //
 // It runs on a strand, as retry_op's controlled path does, except on a context that runs one
 // thread only (`runs_on_one_thread`): there it runs on the context's executor itself. Everything
@@ -13,11 +13,13 @@
 // last holder has let go and the state's memory is freed (`release`), as Asio's rule for
 // memory from a handler's allocator asks.
 //
-// Reused from the retry loop: the operation traits and `call_op` (retry_loop.hpp), the
-// reservations that settle once whatever happens (`gate_grant`, `send_token`, `retry_charge`;
-// reservation.hpp), the schedule's decisions and its one verdict per attempt (`begin_attempt`,
-// `pace`, `classify`, `report`, `stop`; schedule.hpp), and the completion signatures, delivery,
-// executor choice and outstanding work of retry_op.hpp.
+// Reused from the retry loop: the attempt shapes and the one rule for what an attempt threw
+// (`attempt_shape`, `take_current_exception`, `judge_exception`, `judge_result`;
+// attempt_shape.hpp), the reservations that settle once whatever happens (`gate_grant`,
+// `send_token`, `retry_charge`; reservation.hpp), the schedule's decisions and its one verdict
+// per attempt (`begin_attempt`, `pace`, `classify`, `report`, `stop`; schedule.hpp), and the
+// completion signatures, delivery, executor choice (`runs_on_one_thread`,
+// `with_serializing_executor`), outstanding work and cancellation steps of retry_op.hpp.
 //
 // Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
 // `hedge_engine` holds the state and runs everything but what names the caller's handler or the
@@ -204,8 +206,8 @@ public:
 protected:
   hedge_engine(Strand strand, retry_policy policy, hedge_options hedge, hedge_stats* stats)
       : strand_(std::move(strand)), policy_(std::move(policy)), hedge_(std::move(hedge)),
-        stats_(stats), hears_(heard_by(policy_)), hedge_timer_(strand_),
-        origin_(make_origin<clock>(policy_, true)) {
+        stats_(stats), hedge_timer_(strand_), origin_(make_origin<clock>(policy_, true)) {
+    hears_ = origin_.hears;
     notify = &hedge_engine::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
@@ -277,27 +279,28 @@ public:
       out.error = errc::deadline_exceeded;
       out.exception = nullptr;
     }
-    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
-    std::exception_ptr retried = judge_exception(policy_, out);
     const bool abandoned = sl.cut == hedge_cut::lost;
     // retry_op's rule (loop_core::ended): a cancellation that came while the attempt ran (from
     // the attempt itself, say, still on its way through the strand's queue) wins over whatever
     // the attempt reported: the attempt is abandoned, and a failure ends the operation.
     const bool cancelled =
         cancel_seen_.load(std::memory_order_acquire) || policy_.cancellation.cancelled();
-    if (!abandoned && !out.exception && !out.error && policy_.result_filter) {
-      try {
-        if (policy_.result_filter->call(&*out.value))
-          out.error = errc::result_rejected;
-      } catch (...) {
-        out.exception = std::current_exception();
-      }
+    const bool timer_cut = sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline;
+    // The policy's judgement, as the retry loop's (retry_loop.hpp): a rejected value or a
+    // retried exception is this attempt's failure.
+    std::exception_ptr retried;
+    std::optional<attempt_decision> decided;
+    if (abandoned) {
+      retried = judge_exception(policy_, out); // step 2's first half: no result for a lost copy
+    } else {
+      decided = judge_outcome(policy_, out, sl.number, !timer_cut && !cancelled, out.retry_after,
+                              out.health_code, retried);
     }
     // The one verdict on this attempt, for every listener and for the decision below.
     std::exception_ptr thrown;
-    const attempt_class verdict_of = sched_->classify(
-        out.error, sl.cut == hedge_cut::timeout || sl.cut == hedge_cut::deadline,
-        abandoned || cancelled || out.exception, thrown, out.retry_after, out.health_code);
+    const attempt_class verdict_of =
+        sched_->classify(out.error, timer_cut, abandoned || cancelled || out.exception, thrown,
+                         out.retry_after, out.health_code, decided ? &*decided : nullptr);
     if (thrown && !out.exception)
       out.exception = std::move(thrown);
     sched_->report(verdict_of, sl.grant, now);
@@ -716,7 +719,7 @@ protected:
   retry_policy policy_;
   hedge_options hedge_;
   hedge_stats* stats_;
-  observer_interest hears_;       ///< asked of the observer once
+  observer_interest hears_{};     ///< asked of the observer once, by `make_origin`
   std::optional<schedule> sched_; ///< refers to `policy_`
   timer_type hedge_timer_;        ///< the next hedge, or the send token of a paced one
   std::optional<timer_type> deadline_timer_;

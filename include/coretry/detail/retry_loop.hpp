@@ -6,9 +6,12 @@
 // completion handlers. Private: include <coretry/retry.hpp>.
 //
 // The steps never throw on their own account: every way out sets a `loop_result` and ends in
-// `next_step::done`. Exceptions are caught where they arise (an attempt, a predicate, a hook)
-// and end the loop with `errc::unexpected_exception`; the awaitable front end turns a failure
-// into its exception, once.
+// `next_step::done`. Exceptions are caught where they arise. What an attempt throws is its
+// outcome by attempt_shape.hpp's one rule (a `std::system_error` is its code; an exception the
+// policy's `retry_if_exception` accepts is `errc::retryable_exception`, retried); anything else
+// an attempt throws, and anything a predicate or hook throws, ends the loop with
+// `errc::unexpected_exception`. The awaitable front end turns a failure into its exception,
+// once.
 
 #include <coretry/attempt.hpp>
 #include <coretry/detail/asio.hpp>
@@ -49,6 +52,52 @@ template <class T> struct loop_result {
   std::error_code reason; ///< why the loop stopped (`retry_stats::reason`), for the observer
 };
 
+/// The policy's judgement of an attempt's outcome `out` (its `error`, `value` and `exception`),
+/// before `schedule::classify` sees it: step 2 of attempt_shape.hpp's rule, for the retry loop
+/// and the hedge alike. With `retry_policy::classify`, as it decides (asked only for an attempt
+/// that `ran_its_course`: no timer cut it and no cancellation abandoned it), else as
+/// `retry_if_exception` and `retry_if_result` say (`judge_attempt`, asked as 0.2 asked them). An exception
+/// retried becomes `errc::retryable_exception` and moves into `retried`; a value rejected
+/// becomes `errc::result_rejected` (the value stays: it is returned if the loop gives up); a
+/// judge that throws puts what it threw in `out.exception` (a bug: the loop stops). `hint` is
+/// raised to the decision's server hint. Returns the classifier's decision, for
+/// `schedule::classify`.
+template <class Out>
+std::optional<attempt_decision> judge_outcome(const retry_policy& p, Out& out, unsigned attempt,
+                                              bool ran_its_course, nanoseconds& hint,
+                                              const std::error_code& health_code,
+                                              std::exception_ptr& retried) noexcept {
+  if (!p.classify) {
+    retried = judge_attempt(p, out);
+    return std::nullopt;
+  }
+  if (!ran_its_course)
+    return std::nullopt;
+  attempt_result r(attempt, out.error, out.exception);
+  if constexpr (!std::is_same_v<typename decltype(out.value)::value_type, no_value>)
+    if (out.value && !out.error && !out.exception)
+      r.with_value(*out.value);
+  r.with_retry_after(hint).with_health_code(health_code);
+  attempt_decision d;
+  try {
+    d = p.classify(r);
+  } catch (...) {
+    out.exception = std::current_exception();
+    return std::nullopt;
+  }
+  if (d.retry_after > hint)
+    hint = d.retry_after;
+  if (d.retry) {
+    if (out.exception) {
+      out.error = errc::retryable_exception;
+      retried = std::exchange(out.exception, nullptr);
+    } else if (!out.error) {
+      out.error = errc::result_rejected;
+    }
+  }
+  return d;
+}
+
 /// Refuses, at the call, a result predicate written for another type than the operation's.
 template <class T> void check_result_filter(const retry_policy& p) {
   if (p.result_filter && (std::is_void_v<T> || *p.result_filter->type != typeid(stored_t<T>)))
@@ -64,16 +113,16 @@ inline bool needs_control(const retry_policy& p, bool caller_slot) noexcept {
          p.attempt_timeout != unlimited;
 }
 
-/// Whether the loop reads the clock at all: a call that succeeds at once should cost little
-/// more than awaiting the operation.
-inline bool needs_clock(const retry_policy& p, bool stats) noexcept {
-  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit ||
-         (p.observer && p.observer->interests() != observer_interest::none);
-}
-
 /// The events an operation run with `p` builds for its observer: none without one.
 inline observer_interest heard_by(const retry_policy& p) noexcept {
   return p.observer ? p.observer->interests() : observer_interest::none;
+}
+
+/// Whether the loop reads the clock at all, given what its observer `hears`: a call that
+/// succeeds at once should cost little more than awaiting the operation.
+inline bool needs_clock(const retry_policy& p, bool stats, observer_interest hears) noexcept {
+  return stats || p.deadline != unlimited || p.budget || p.breaker || p.rate_limit ||
+         hears != observer_interest::none;
 }
 
 // --- The loop --------------------------------------------------------------------------------
@@ -120,7 +169,9 @@ template <class Clock> nanoseconds clock_now() noexcept {
 
 /// Read at the call: the start of the deadline, and the seeded stream of the k-th operation.
 template <class Clock> op_origin make_origin(const retry_policy& p, bool stats) noexcept {
-  op_origin o{read_clock<Clock>(needs_clock(p, stats))};
+  const observer_interest hears = heard_by(p);
+  const bool clocked = needs_clock(p, stats, hears);
+  op_origin o{read_clock<Clock>(clocked), std::nullopt, hears, clocked};
   if (p.seed.has_value())
     o.rng.emplace(p.seed.next_stream());
   return o;
@@ -144,9 +195,10 @@ template <class Clock, class T> class loop_core {
   using exit = loop_exit<T>;
 
 public:
-  /// `p` must outlive the core (the operation's copy, or its `shared_policy`).
+  /// `p` must outlive the core (the operation's copy, or its `shared_policy`); `origin` comes
+  /// from `make_origin` with the same policy, and `stats` set when it was made for stats.
   loop_core(const retry_policy& p, retry_stats* stats, op_origin origin)
-      : policy_(p), stats_(stats), hears_(heard_by(p)), clocked_(needs_clock(p, stats != nullptr)),
+      : policy_(p), stats_(stats), hears_(origin.hears), clocked_(origin.clocked),
         start_(origin.start), sched_(p, std::move(origin), &clock_now<Clock>) {
     if (stats_)
       *stats_ = retry_stats{};
@@ -236,23 +288,20 @@ public:
       result_.error = by_deadline_ ? errc::deadline_exceeded : errc::attempt_timeout;
       result_.exception = nullptr;
     }
-    // An exception the policy retries is this attempt's failure (attempt_shape.hpp).
-    std::exception_ptr retried = judge_exception(policy_, result_);
-    if (!result_.exception && !result_.error && policy_.result_filter) {
-      try {
-        if (policy_.result_filter->call(&*result_.value))
-          result_.error = errc::result_rejected;
-      } catch (...) {
-        result_.exception = std::current_exception();
-      }
-    }
+    // The policy's judgement: a rejected value or a retried exception is this attempt's failure.
+    std::exception_ptr retried;
+    nanoseconds hint = ctx_.retry_after();
+    const std::optional<attempt_decision> decided =
+        judge_outcome(policy_, result_, sched_.attempts(), !timer_cut && !cancelled, hint,
+                      ctx_.health_code(), retried);
+    ctx_.retry_after(hint);
     // The one verdict on this attempt, for the breaker, the sending rate, the budget and the
     // decision below alike; a predicate that throws makes it abandoned, and ends the loop.
     // Cancellation wins over whatever the attempt reported.
     std::exception_ptr thrown;
     const attempt_class verdict_of =
         sched_.classify(result_.error, timer_cut, cancelled || result_.exception, thrown,
-                        ctx_.retry_after(), ctx_.health_code());
+                        ctx_.retry_after(), ctx_.health_code(), decided ? &*decided : nullptr);
     if (thrown && !result_.exception)
       result_.exception = std::move(thrown);
     if (policy_.breaker || policy_.rate_limit || policy_.budget)

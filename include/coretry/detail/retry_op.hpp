@@ -1,27 +1,41 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// The composed retry operation: the initiation behind `async_retry` (any token) and behind
-// `retry_async` whenever something may cancel it or its attempts are timed, and the one heap
-// state (`retry_op`) that runs the loop's steps (`loop_core`, retry_loop.hpp) from completion
-// handlers. Private: include <coretry/retry.hpp>.
+// The composed retry operation: the initiation (`initiate_retry`) behind `async_retry` with any
+// token, behind `retry_async` (`retry_entry`) whenever the operation is controlled, and behind
+// the fallback (fallback_op.hpp). Private: include <coretry/retry.hpp>.
 //
-// Paths, chosen once per operation by `needs_control`:
-// - `retry_async` with nothing to cancel it and no timed attempts: the loop is a coroutine
-//   awaited in the caller's (retry_loop.hpp), cancelled the usual way;
-// - every other operation: one `retry_op`, allocated with the handler's allocator, whose first
-//   step is dispatched to its executor (inline when the caller runs there, else posted), and
-//   which never completes inside the initiation. A token attempt is initiated with a handler
-//   of the state's; an awaitable attempt is `co_spawn`ed for that attempt only. A sleep is one
-//   timer wait; a timed attempt is an entry in its context's deadline queue
-//   (deadline_queue.hpp). A controlled operation (a caller's slot, a group token, timed
-//   attempts) holds one cancellation signal bound to each attempt, and runs on a strand only
-//   when a cancellation could come from another thread (not on a context with concurrency
-//   hint 1).
+// Paths, chosen once per operation by `needs_control` (retry_loop.hpp): an operation is
+// controlled when something may cancel it from outside (the caller's slot, a group token) or
+// its attempts are timed (`deadline`, `attempt_timeout`).
+// - `retry_async`, not controlled: the loop is a coroutine awaited in the caller's
+//   (`retry_loop`, retry_loop.hpp), cancelled through the awaiting coroutine's state.
+// - Everything else: one state, allocated once with the handler's allocator, running the loop's
+//   steps (`loop_core`, retry_loop.hpp) from completion handlers. A controlled operation also
+//   holds a `control` block (the attempt's cancellation signal, its link into a group source,
+//   its entry in the context's deadline queue: deadline_queue.hpp), and runs on a strand of its
+//   executor unless that executor's context runs one thread only (`runs_on_one_thread`).
+//
+// The state, in layers, so that most of it is compiled once per timer, result, policy,
+// executor and allocator type rather than once per call site:
+// - `op_steps` / `op_frame`: what the intermediate handlers (the posted start, a sleep's wait,
+//   the dispatched cancel and time-out, a token attempt's handler, a spawned attempt's
+//   completion) see, through one virtual call each;
+// - `retry_engine`: the loop, the control block, the sleep timer, cancellation and the attempt
+//   deadline; it names neither the operation nor the caller's handler;
+// - `retry_op`: adds the operation (`send`: a token attempt is initiated with a handler of the
+//   state's, an awaitable one is `co_spawn`ed for that attempt only), the handler, outstanding
+//   work on the handler's executor, and the delivery (`deliver`).
+//
+// The start is dispatched (`retry_engine::start`): when the calling thread runs the operation's
+// executor already, the first step, and the first attempt, run inside the initiating function;
+// otherwise it is posted. Either way the handler is never called from inside the initiating
+// function: an outcome decided there is submitted as an immediate completion.
 //
 // Exactly once: the state completes once (`finish`, dispatching the handler through its
 // associated executor), or is destroyed uncalled with the last pending handler that holds it
 // (the context's teardown). It unlinks itself from a group source and from the deadline queue
 // when it dies, however it dies. A cancellation is looked for before each attempt is sent.
+// What an attempt throws is its outcome by attempt_shape.hpp's one rule.
 
 #include <coretry/cancellation.hpp>
 #include <coretry/detail/asio.hpp>
@@ -80,9 +94,7 @@ template <class T> delivered_t<T> take_value(loop_result<T>& r) {
 template <class T> void absorb(loop_result<T>& r, std::exception_ptr e) {
   if (!e)
     return;
-  take_exception(r, std::move(e));
-  if (r.exception)
-    r.error = errc::unexpected_exception;
+  take_fatal_exception(r, std::move(e));
 }
 
 /// Delivers to a handler taking `(exception_ptr[, T])`: retry_async's, through use_awaitable.
@@ -466,7 +478,7 @@ protected:
   using self_ptr = std::shared_ptr<retry_engine>;
   /// What only a controlled operation needs, in one block made with the state: the attempt's
   /// cancellation signal, the link into a group source and the entry in the deadline queue. An
-  /// operation nothing can cancel goes without (about 130 bytes less), which keeps a typical
+  /// operation nothing can cancel goes without (104 bytes less), which keeps a typical
   /// state within the sizes malloc serves from its per-thread cache.
   struct control final : cancellation_registration, queue_type::entry {
     explicit control(retry_engine& o) noexcept : owner(o) {}
@@ -845,6 +857,10 @@ private:
       const std::uint64_t seq = ++attempt_seq_;
       const bool cancelled_before = cancelled_;
       try {
+        // An attempt whose handler runs inside its initiating function may decide the outcome
+        // there: the caller's handler then goes through its immediate executor (`deliver`), not
+        // inline, so that what it throws leaves through `run()` rather than this `catch`.
+        const initiation_mark mark(this);
         shape::initiate(op_, core_.context(), attempt_handler{self, seq, alloc_});
         // Cancelled inside the initiating function (it emitted the caller's slot, say) before
         // the operation had connected its slot: emitted again, now that it has.
@@ -895,6 +911,9 @@ private:
     [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
     const bool now = this->complete_now();
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
+    auto delivery = [&] {
+      return allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)});
+    };
     if (now) {
       // Decided inside the initiating function (a gate or a rate refused the first attempt, or
       // the attempt's handler ran inside its own initiation): submitted as Asio submits an
@@ -902,23 +921,19 @@ private:
       // later; by default a post to the handler's executor), else posted.
 #if CORETRY_ASIO_HAS_IMMEDIATE_EXECUTOR
       auto iex = asio::get_associated_immediate_executor(h, ex);
-      auto delivery =
-          allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)});
       if constexpr (has_own_executor<Handler, Executor>) {
         // As Asio's dispatch of the handler itself to its immediate executor: from there, on to
         // the handler's own executor (a strand it is bound to), unless it runs there already.
-        asio::dispatch(iex, asio::bind_executor(ex, std::move(delivery)));
+        asio::dispatch(iex, asio::bind_executor(ex, delivery()));
       } else {
-        asio::dispatch(iex, std::move(delivery));
+        asio::dispatch(iex, delivery());
       }
 #else
-      asio::post(ex,
-                 allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+      asio::post(ex, delivery());
 #endif
       return;
     }
-    asio::dispatch(ex,
-                   allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)}));
+    asio::dispatch(ex, delivery());
   }
 
   static auto keep_io_executor(const Executor& ex) {

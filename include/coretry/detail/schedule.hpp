@@ -72,6 +72,9 @@ struct attempt_end {
 struct op_origin {
   nanoseconds start{0};
   std::optional<fast_rng> rng{}; ///< drawn at the call when the policy is seeded
+  /// The events the policy's observer listens to, asked once at the call (`make_origin`).
+  observer_interest hears = observer_interest::none;
+  bool clocked = false; ///< whether the loop reads its clock at all (`needs_clock`)
 };
 
 /// What to do after a failed attempt.
@@ -188,13 +191,16 @@ public:
     return {{}, {}, wait};
   }
 
-  /// Whether the policy would retry after `ec` (cancellation never).
-  bool retryable(const std::error_code& ec) const {
+  /// Whether the policy would retry after `ec` (cancellation never): as `said` (the policy's
+  /// `classify`) decided, or else as `retry_if` says.
+  bool retryable(const std::error_code& ec, const attempt_decision* said = nullptr) const {
     if (coretry::detail::is_aborted(ec) || ec == errc::cancelled)
       return false;
     return ec == errc::result_rejected || ec == errc::attempt_timeout ||
            ec == errc::retryable_exception ||
-           (p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec));
+           (said          ? said->retry
+            : p_.retry_if ? p_.retry_if(ec)
+                          : default_retry_if(ec));
   }
 
   /// The one verdict on an attempt that was sent: `ec` empty on success; `cut` when the deadline
@@ -206,27 +212,30 @@ public:
   /// (`attempt_gate::classify`) of `health_code`, or of `ec` when it is empty, is
   /// `attempt_class::gate`, whatever `retry_if` says; an `unhealthy` one with a hint or
   /// `pushback_if` is a push-back. A predicate (or classifier) that throws makes the attempt
-  /// abandoned and its exception is stored in `thrown`.
+  /// abandoned and its exception is stored in `thrown`. With `said` (the decision of the
+  /// policy's `classify`, `judge_outcome`), no predicate is asked: `said` replaces them all.
   attempt_class classify(const std::error_code& ec, bool cut, bool abandoned,
                          std::exception_ptr& thrown, nanoseconds hint = nanoseconds::zero(),
-                         const std::error_code& health_code = {}) const noexcept {
+                         const std::error_code& health_code = {},
+                         const attempt_decision* said = nullptr) const noexcept {
     if (abandoned)
       return {attempt_kind::abandoned, false, false, health::ignored};
     try {
       // `pushback_if` is asked once at most, by whichever rule needs it first.
-      std::optional<bool> said;
+      std::optional<bool> pushed;
       const auto pushback_said = [&] {
-        if (!said)
-          said = ec && p_.pushback_if && p_.pushback_if(ec);
-        return *said;
+        if (!pushed)
+          pushed = ec && (said ? said->pushback : p_.pushback_if && p_.pushback_if(ec));
+        return *pushed;
       };
       attempt_class c;
       if (cut) {
         c = {attempt_kind::failure, true};
       } else if (ec) {
-        const bool failure = retryable(ec); // user predicates: they may throw
-        const bool throttled =
-            p_.rate_limit && (p_.throttle_if ? p_.throttle_if(ec) : default_throttle_if(ec));
+        const bool failure = retryable(ec, said); // user predicates: they may throw
+        const bool throttled = p_.rate_limit && (said             ? said->throttle
+                                                 : p_.throttle_if ? p_.throttle_if(ec)
+                                                                  : default_throttle_if(ec));
         const bool pushback = failure && (hint > nanoseconds::zero() || pushback_said());
         c = {failure ? attempt_kind::failure : attempt_kind::neutral, throttled, pushback};
       }

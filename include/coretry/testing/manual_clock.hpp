@@ -239,8 +239,18 @@ public:
   /// Cancels pending waits (they complete with `operation_aborted`); returns how many.
   std::size_t cancel() { return manual_clock::cancel_owner(this); }
 
-  /// Completion signature void(error_code), Asio's error_code (`boost::system::error_code` with
-  /// Boost.Asio); terminal/partial/total cancellation supported.
+  /// Waits until the manual clock reaches the expiry (`manual_clock::advance`,
+  /// `manual_clock::advance_to_next`).
+  ///
+  /// @par Completion Signature
+  /// `void(error_code)`, Asio's `error_code` (`boost::system::error_code` with Boost.Asio):
+  /// empty when the expiry was reached, `operation_aborted` when the wait was cancelled
+  /// (`cancel`, `expires_after`, the timer's destruction, the handler's slot). The handler is
+  /// posted to its associated executor (by default the timer's).
+  ///
+  /// @par Per-Operation Cancellation
+  /// Terminal, partial and total cancellation through the handler's slot remove the wait; the
+  /// handler gets `operation_aborted`.
   template <class WaitToken> auto async_wait(WaitToken&& token) {
     return asio::async_initiate<WaitToken, void(coretry::detail::asio_error_code)>(
         [self = this](auto handler) { self->start(std::move(handler)); }, token);

@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: BSL-1.0
+// Issue 28: `retry_policy::classify`, one function from an attempt's outcome to the loop's
+// decision, through the composed operation, the coroutine path and the hedge alike; on the
+// manual clock.
+
+#include <coretry/breaker.hpp>
+#include <coretry/classify.hpp>
+#include <coretry/hedge.hpp>
+#include <coretry/overload.hpp>
+#include <coretry/retry.hpp>
+#include <coretry/testing/manual_clock.hpp>
+
+#include <doctest/doctest.h>
+#include <support/asio.hpp>
+#include <support/run_on_manual_clock.hpp>
+#include <support/test_ops.hpp>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+using namespace std::chrono_literals;
+using namespace coretry::test;
+using namespace coretry::testing;
+using coretry::attempt_decision;
+using coretry::attempt_result;
+using coretry::retry_policy;
+
+namespace {
+
+const std::error_code denied = make_error_code(std::errc::permission_denied);
+const std::error_code timed_out = make_error_code(std::errc::timed_out);
+
+attempt_decision retry_refused(const attempt_result& r) {
+  return {.retry = r.error() == refused};
+}
+
+attempt_decision retry_timeouts_only(const attempt_result& r) {
+  return {.retry = r.error() == coretry::condition::timed_out};
+}
+
+// A breaker that no outcome here opens: only its counts are read.
+std::shared_ptr<coretry::circuit_breaker> counting_breaker() {
+  return std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 1000, .failure_ratio = 0, .seed = 1});
+}
+
+struct counts {
+  std::uint64_t successes, failures, pushbacks, abandoned;
+  bool operator==(const counts&) const = default;
+};
+counts counts_of(const coretry::circuit_breaker& b) {
+  return {b.successes(), b.failures(), b.pushbacks(), b.abandoned()};
+}
+
+// A sending rate that grants at once and counts what it hears.
+struct counting_rate final : coretry::send_rate {
+  int throttles = 0, successes = 0;
+  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override { return {}; }
+  void on_throttle(std::chrono::nanoseconds) noexcept override { ++throttles; }
+  void on_success(std::chrono::nanoseconds) noexcept override { ++successes; }
+};
+
+} // namespace
+
+TEST_CASE("default_classify decides as the 0.2 predicates' defaults") {
+  CHECK(coretry::default_classify(attempt_result(1, refused)).retry);
+  CHECK_FALSE(coretry::default_classify(attempt_result(1, refused)).throttle);
+  const attempt_decision cut = coretry::default_classify(attempt_result(2, timed_out));
+  CHECK(cut.retry);
+  CHECK(cut.throttle);
+  CHECK_FALSE(coretry::default_classify(attempt_result(1, coretry::detail::aborted_error())).retry);
+  CHECK_FALSE(coretry::default_classify(attempt_result(1, coretry::errc::cancelled)).retry);
+  const int v = 3;
+  CHECK_FALSE(coretry::default_classify(attempt_result(1).with_value(v)).retry);
+  CHECK_FALSE(coretry::default_classify(
+                  attempt_result(1, {}, std::make_exception_ptr(std::runtime_error("x"))))
+                  .retry);
+  const attempt_decision none = coretry::default_classify(attempt_result(1));
+  CHECK_FALSE(none.retry);
+  CHECK_FALSE(none.pushback);
+  CHECK_FALSE(none.throttle);
+  CHECK(none.retry_after == 0ns);
+}
+
+TEST_CASE("attempt_result gives a value only as the type it holds") {
+  const int v = 7;
+  attempt_result r(4);
+  CHECK_FALSE(r.has_value());
+  CHECK(r.value<int>() == nullptr);
+  r.with_value(v).with_retry_after(2s).with_health_code(refused);
+  CHECK(r.has_value());
+  REQUIRE(r.value<int>() != nullptr);
+  CHECK(*r.value<int>() == 7);
+  CHECK(r.value<long>() == nullptr);
+  CHECK(r.attempt() == 4);
+  CHECK(r.retry_after() == 2s);
+  CHECK(r.health_code() == refused);
+}
+
+TEST_CASE("a classifier decides which errors are retried, and sees each attempt") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(refused), fail(denied), succeed(3)}};
+  std::vector<unsigned> attempts;
+  std::vector<std::error_code> errors;
+  retry_policy p{.max_attempts = 5, .backoff = coretry::backoff::fixed(1ms)};
+  p.classify = [&](const attempt_result& r) {
+    attempts.push_back(r.attempt());
+    errors.push_back(r.error());
+    return retry_refused(r);
+  };
+  coretry::retry_stats stats;
+  const outcome o = run_retry(io, op, p, stats);
+  CHECK(o.completions == 1);
+  CHECK(o.error == denied);
+  CHECK(op.calls == 2);
+  CHECK(attempts == std::vector<unsigned>{1, 2});
+  CHECK(errors == std::vector<std::error_code>{refused, denied});
+  CHECK(stats.reason == denied);
+}
+
+TEST_CASE(
+    "a classifier rejects values: retried, and the last one returned when the loop gives up") {
+  manual_clock::reset();
+  asio::io_context io;
+  retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)};
+  int asked = 0;
+  p.classify = [&](const attempt_result& r) {
+    ++asked;
+    CHECK(r.value<long>() == nullptr);
+    const int* v = r.value<int>();
+    REQUIRE(v != nullptr);
+    return attempt_decision{.retry = *v == 0};
+  };
+  SUBCASE("accepted at the third attempt") {
+    scripted_op op{{succeed(0), succeed(0), succeed(7)}};
+    coretry::retry_stats stats;
+    const outcome o = run_retry(io, op, p, stats);
+    CHECK(!o.error);
+    CHECK(o.value == 7);
+    CHECK(op.calls == 3);
+    CHECK(asked == 3);
+    CHECK(stats.attempts == 3);
+  }
+  SUBCASE("rejected every time") {
+    scripted_op op{{succeed(0)}};
+    coretry::retry_stats stats;
+    const outcome o = run_retry(io, op, p, stats);
+    CHECK(!o.error);
+    CHECK(o.value == 0);
+    CHECK(op.calls == 3);
+    CHECK(stats.reason == coretry::errc::attempts_exhausted);
+    CHECK(stats.last_error == coretry::errc::result_rejected);
+  }
+  SUBCASE("through retry_async with a shared_policy") {
+    const coretry::shared_policy shared(p);
+    scripted_op op{{succeed(0), succeed(5)}};
+    int got = -1;
+    asio::co_spawn(io, coretry::retry_async<manual_timer>([&] { return op(); }, shared),
+                   [&](std::exception_ptr e, int v) {
+                     CHECK_FALSE(e);
+                     got = v;
+                   });
+    REQUIRE(drive(io, [&] { return got >= 0; }));
+    CHECK(got == 5);
+    CHECK(asked == 2);
+  }
+}
+
+TEST_CASE("an exception the classifier retries is a failure, rethrown when the loop gives up") {
+  manual_clock::reset();
+  asio::io_context io;
+  int calls = 0;
+  auto op = [&]() -> asio::awaitable<int> {
+    ++calls;
+    throw std::runtime_error("flaky");
+    co_return 0;
+  };
+  retry_policy p{.max_attempts = 2, .backoff = coretry::backoff::fixed(1ms)};
+  p.classify = [](const attempt_result& r) { return attempt_decision{.retry = !!r.exception()}; };
+  std::string what;
+  bool done = false;
+  asio::co_spawn(io, coretry::retry_async<manual_timer>(op, p), [&](std::exception_ptr e, int) {
+    done = true;
+    try {
+      if (e)
+        std::rethrow_exception(e);
+    } catch (const std::runtime_error& x) {
+      what = x.what();
+    }
+  });
+  REQUIRE(drive(io, [&] { return done; }));
+  CHECK(calls == 2);
+  CHECK(what == "flaky");
+}
+
+TEST_CASE("a cancellation is never retried, and not put to the classifier") {
+  manual_clock::reset();
+  asio::io_context io;
+  coretry::cancellation_source source;
+  scripted_op op{{hang()}};
+  int asked = 0;
+  retry_policy p{.max_attempts = 5, .cancellation = source.token()};
+  p.classify = [&](const attempt_result&) {
+    ++asked;
+    return attempt_decision{.retry = true};
+  };
+  outcome o;
+  coretry::async_retry<manual_timer>(
+      io.get_executor(), [&] { return op(); }, p, record(o));
+  drive(io, [&] { return op.calls == 1; });
+  source.cancel();
+  REQUIRE(drive(io, [&] { return o.completions > 0; }));
+  CHECK(o.error == asio::error::operation_aborted);
+  CHECK(op.calls == 1);
+  CHECK(asked == 0);
+}
+
+TEST_CASE("an attempt a timer cut is a retried failure, not put to the classifier") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{hang(), succeed(5)}};
+  int asked = 0;
+  auto rate = std::make_shared<counting_rate>();
+  retry_policy p{.max_attempts = 3,
+                 .attempt_timeout = 10ms,
+                 .backoff = coretry::backoff::fixed(1ms),
+                 .rate_limit = rate};
+  p.classify = [&](const attempt_result& r) {
+    ++asked;
+    return coretry::default_classify(r);
+  };
+  coretry::retry_stats stats;
+  const outcome o = run_retry(io, op, p, stats);
+  CHECK(!o.error);
+  CHECK(o.value == 5);
+  CHECK(op.calls == 2);
+  CHECK(asked == 1); // the success only
+  CHECK(rate->throttles == 1);
+  CHECK(rate->successes == 1);
+}
+
+TEST_CASE("the classifier's hint, push-back and throttle reach the loop, the gate and the rate") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(refused), succeed(1)}};
+  auto breaker = counting_breaker();
+  auto rate = std::make_shared<counting_rate>();
+  std::vector<std::chrono::nanoseconds> delays;
+  retry_policy p{.max_attempts = 3,
+                 .backoff = coretry::backoff::fixed(1ms),
+                 .on_retry = [&](const coretry::retry_event& e) { delays.push_back(e.delay); },
+                 .breaker = breaker,
+                 .rate_limit = rate};
+  p.classify = [](const attempt_result& r) {
+    if (r.error() == refused)
+      return attempt_decision{.retry = true, .pushback = true, .throttle = true, .retry_after = 2s};
+    return attempt_decision{};
+  };
+  coretry::retry_stats stats;
+  const outcome o = run_retry(io, op, p, stats);
+  CHECK(!o.error);
+  CHECK(o.value == 1);
+  REQUIRE(delays.size() == 1);
+  CHECK(delays[0] >= 2s);
+  CHECK(o.at >= 2s);
+  CHECK(counts_of(*breaker) == counts{1, 0, 1, 0});
+  CHECK(rate->throttles == 1);
+  CHECK(rate->successes == 1);
+}
+
+TEST_CASE("narrowing the classifier does not change what the breaker hears") {
+  // One attempt per operation, each ending as its script says: refused, timed out by the
+  // system, cut by the attempt timeout, a permanent error, a success.
+  const std::vector<step> one_of_each{fail(refused), fail(timed_out), hang(), fail(denied),
+                                      succeed(1)};
+  auto run_all = [&](bool narrow, bool hedged) {
+    manual_clock::reset();
+    asio::io_context io;
+    auto breaker = counting_breaker();
+    for (const step& s : one_of_each) {
+      scripted_op op{{s}};
+      retry_policy p{.max_attempts = 1, .attempt_timeout = 10ms, .breaker = breaker};
+      p.classify = narrow ? retry_timeouts_only : coretry::default_classify;
+      outcome o;
+      if (hedged) {
+        coretry::hedge_stats stats;
+        o = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 2}, stats);
+      } else {
+        coretry::retry_stats stats;
+        o = run_retry(io, op, p, stats);
+      }
+      CHECK(o.completions == 1);
+    }
+    return counts_of(*breaker);
+  };
+  for (const bool hedged : {false, true}) {
+    CAPTURE(hedged);
+    const counts wide = run_all(false, hedged);
+    const counts narrow = run_all(true, hedged);
+    CHECK(wide == narrow);
+    // refused, timed_out, the attempt timeout and the permanent error are failures.
+    CHECK(wide == counts{1, 4, 0, 0});
+  }
+}
+
+TEST_CASE("a hedge asks the policy's classifier about each copy") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{succeed(0), succeed(0), succeed(9)}};
+  int asked = 0;
+  retry_policy p{.max_attempts = 3};
+  p.classify = [&](const attempt_result& r) {
+    ++asked;
+    const int* v = r.value<int>();
+    return attempt_decision{.retry = v != nullptr && *v == 0};
+  };
+  coretry::hedge_stats stats;
+  const outcome o = run_hedge(io, op, p, {.delay = 100ms, .max_in_flight = 1}, stats);
+  CHECK(o.completions == 1);
+  CHECK(!o.error);
+  CHECK(o.value == 9);
+  CHECK(op.calls == 3);
+  CHECK(asked == 3);
+}
+
+TEST_CASE("a classifier that throws ends the operation with unexpected_exception") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(refused), succeed(1)}};
+  retry_policy p{.max_attempts = 3};
+  p.classify = [](const attempt_result&) -> attempt_decision {
+    throw std::runtime_error("classifier");
+  };
+  coretry::retry_stats stats;
+  const outcome o = run_retry(io, op, p, stats);
+  CHECK(o.completions == 1);
+  CHECK(o.error == coretry::errc::unexpected_exception);
+  CHECK(op.calls == 1);
+}
+
+TEST_CASE("a classifier beside a predicate it replaces is refused at the call") {
+  auto with_classify = [] {
+    retry_policy p;
+    p.classify = coretry::default_classify;
+    return p;
+  };
+  auto refused_with = [](const retry_policy& p, const std::string& field) {
+    CAPTURE(field);
+    try {
+      p.validate();
+      FAIL("validate() accepted classify with " << field);
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK(what.find("classify") != std::string::npos);
+      CHECK(what.find(field) != std::string::npos);
+    }
+  };
+  retry_policy a = with_classify();
+  a.retry_if = [](const std::error_code&) { return true; };
+  refused_with(a, "retry_if");
+  retry_policy b = with_classify();
+  b.pushback_if = [](const std::error_code&) { return true; };
+  refused_with(b, "pushback_if");
+  retry_policy c = with_classify();
+  c.throttle_if = [](const std::error_code&) { return true; };
+  refused_with(c, "throttle_if");
+  retry_policy d = with_classify().retry_if_result([](int v) { return v == 0; });
+  refused_with(d, "retry_if_result");
+  retry_policy e = with_classify();
+  e.retry_if_exception = [](const std::exception_ptr&) { return true; };
+  refused_with(e, "retry_if_exception");
+  CHECK_NOTHROW(with_classify().validate());
+
+  asio::io_context io;
+  int completions = 0;
+  CHECK_THROWS_AS(coretry::async_retry(
+                      io.get_executor(), []() -> asio::awaitable<int> { co_return 1; }, a,
+                      [&](std::error_code, int) { ++completions; }),
+                  std::invalid_argument);
+  io.run();
+  CHECK(completions == 0);
+}
