@@ -10,10 +10,13 @@
 #include <coretry/rate_limit.hpp>
 
 #include <doctest/doctest.h>
+#include <support/asio.hpp>
+#include <support/run_on_manual_clock.hpp>
 
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
@@ -38,6 +41,14 @@ public:
   void on_abandoned(nanoseconds) noexcept override {}
   nanoseconds retry_after(nanoseconds) noexcept override { return never; }
 };
+
+// Fails after 1 s on the manual clock.
+asio::awaitable<int> slow_failure() {
+  coretry::testing::manual_timer t(co_await asio::this_coro::executor);
+  t.expires_after(1s);
+  co_await t.async_wait(asio::use_awaitable);
+  throw std::system_error(make_error_code(std::errc::connection_refused));
+}
 
 } // namespace
 
@@ -139,4 +150,18 @@ TEST_CASE("hedge options built with 0.2's max_in_flight run that many copies") {
   apart.max_in_flight = 4;
   CHECK_NOTHROW(apart.validate());
   CHECK(coretry::detail::max_copies(apart) == 4);
+}
+
+TEST_CASE("a hedge with 0.2's max_in_flight = 3 runs three copies at once (the default is 2)") {
+  coretry::testing::manual_clock::reset();
+  asio::io_context io;
+  coretry::hedge_options h{.delay = 10ms};
+  h.max_in_flight = 3;
+  coretry::hedge_stats stats;
+  auto op = [] { return slow_failure(); };
+  const auto r =
+      coretry::test::run_hedge(io, op, coretry::retry_policy{.max_attempts = 4}, h, stats);
+  CHECK(r.completions == 1);
+  CHECK(stats.peak_in_flight == 3);
+  CHECK(stats.attempts == 4);
 }

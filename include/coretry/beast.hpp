@@ -15,6 +15,7 @@
 #endif
 
 #include <coretry/attempt.hpp>
+#include <coretry/detail/refuse.hpp>
 #include <coretry/http.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/retry.hpp>
@@ -112,8 +113,7 @@ using coretry::http::detail::escaped;
 
 [[noreturn]] inline void bad_request(const char* where, const std::string& field,
                                      const std::string& value, const std::string& rule) {
-  throw std::invalid_argument(std::string(where) + ": request." + field + " = " + value + " (" +
-                              rule + ")");
+  coretry::detail::refuse(where, ("request." + field).c_str(), value, rule.c_str());
 }
 
 /// Refuses a request Beast would write as something else: Beast 1.81 writes the method, the

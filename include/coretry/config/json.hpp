@@ -133,11 +133,14 @@ struct policy_config {
 
 /// Reads coretry's own JSON form of a policy (docs/config.md). Unknown fields are errors: a
 /// misspelt option would otherwise be silently ignored. `statuses` is needed only for
-/// `retry_on`.
+/// `retry_on`. The keys are the fields' names (`breaker.max_concurrent_calls`,
+/// `budget.window_buckets`, `hedge.max_copies`); the 0.2 names of those three
+/// (`breaker.max_in_flight`, `budget.buckets`, `hedge.max_in_flight`) are still read.
 ///
 /// \throws std::invalid_argument naming the JSON path and value of the first problem, including
 /// every value the policy's own types refuse (`circuit_breaker_options`,
-/// `ratio_budget_options`, `backoff`, `token_bucket_budget`).
+/// `ratio_budget_options`, `backoff`, `token_bucket_budget`), and a key given under both its
+/// name and its 0.2 name (naming both).
 CORETRY_API policy_config read_policy(std::string_view json, const status_lookup& statuses = {});
 /// As above, with a table.
 CORETRY_API policy_config read_policy(std::string_view json, const status_table& statuses);
