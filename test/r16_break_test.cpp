@@ -696,3 +696,178 @@ TEST_CASE("r16: ratio budget window_buckets = 10 given explicitly beside the dep
   }
   CHECK((refused_pair || coretry::detail::window_buckets(o) == 10));
 }
+
+// --- the hedge, and token attempts ---------------------------------------------------------------
+
+namespace {
+struct hedge_result {
+  int completions = 0;
+  std::error_code error;
+  int value = -1;
+  std::string what;
+  unsigned attempts = 0, abandoned = 0, winner = 0;
+  std::error_code last_error, reason;
+  bool has_exception = false;
+  int calls = 0;
+  bool operator==(const hedge_result&) const = default;
+};
+
+// A sequential hedge (one copy at a time) of `script`, through async_hedge or hedge_async.
+hedge_result run_hedge_of(bool direct, const retry_policy& p, std::vector<int> script) {
+  manual_clock::reset();
+  asio::io_context io;
+  kind_op op{std::move(script)};
+  coretry::hedge_stats stats;
+  const coretry::hedge_options h{.delay = 1h, .max_copies = 1};
+  hedge_result r;
+  if (direct) {
+    asio::co_spawn(io, coretry::hedge_async<manual_timer>([&] { return op(); }, p, h, stats),
+                   [&](std::exception_ptr e, int v) {
+                     ++r.completions;
+                     r.value = e ? -1 : v;
+                     r.what = what_of(e);
+                   });
+  } else {
+    coretry::async_hedge<manual_timer>(
+        io.get_executor(), [&] { return op(); }, p, h, stats,
+        [&](std::error_code ec, int v) {
+          ++r.completions;
+          r.error = ec;
+          r.value = ec ? -1 : v;
+        });
+  }
+  drive(io, [] { return false; });
+  r.attempts = stats.attempts;
+  r.abandoned = stats.abandoned;
+  r.winner = stats.winner;
+  r.last_error = stats.last_error;
+  r.reason = stats.reason;
+  r.has_exception = !!stats.exception;
+  if (!direct)
+    r.what = what_of(stats.exception);
+  r.calls = op.calls;
+  return r;
+}
+} // namespace
+
+TEST_CASE("r16: a hedge under a classifier and under the equivalent 0.2 predicates gives the same "
+          "outcome and stats, through async_hedge and hedge_async") {
+  const std::vector<std::vector<int>> scripts{{-1, -1, 5},  {-1, -1, -1}, {0, 0, 0}, {0, 4},
+                                              {-2, -2, -2}, {-2, 7},      {-3, 1},   {-4, 1},
+                                              {-1, -4},     {-1, 0, -2}};
+  for (const auto& s : scripts) {
+    for (const bool direct : {false, true}) {
+      CAPTURE(direct);
+      CAPTURE(s.size());
+      CAPTURE(s[0]);
+      const hedge_result a = run_hedge_of(direct, with_predicates(), s);
+      const hedge_result b = run_hedge_of(direct, with_classifier(), s);
+      CHECK(a.completions == 1);
+      CHECK(b.completions == 1);
+      CHECK(a.error == b.error);
+      CHECK(a.value == b.value);
+      CHECK(a.what == b.what);
+      CHECK(a.attempts == b.attempts);
+      CHECK(a.abandoned == b.abandoned);
+      CHECK(a.winner == b.winner);
+      CHECK(a.last_error == b.last_error);
+      CHECK(a.reason == b.reason);
+      CHECK(a.has_exception == b.has_exception);
+      CHECK(a.calls == b.calls);
+    }
+  }
+}
+
+TEST_CASE("r16: the hedge and the retry loop agree on a classifier's outcome") {
+  const std::vector<std::vector<int>> scripts{{-1, -1, 5},  {-1, -1, -1}, {0, 0, 0},
+                                              {-2, -2, -2}, {-2, 7},      {-4, 1}};
+  for (const auto& s : scripts) {
+    CAPTURE(s.size());
+    CAPTURE(s[0]);
+    const run_result r = run_path(path::composed, with_classifier(), s);
+    const hedge_result h = run_hedge_of(false, with_classifier(), s);
+    CHECK(r.error == h.error);
+    CHECK(r.value == h.value);
+    CHECK(r.attempts == h.attempts);
+    CHECK(r.last_error == h.last_error);
+    CHECK(r.reason == h.reason);
+    CHECK(r.what == h.what);
+    CHECK(r.calls == h.calls);
+  }
+}
+
+namespace {
+template <class Token>
+auto async_answer(asio::io_context& io, std::error_code ec, int v, Token&& t) {
+  return asio::async_initiate<Token, void(std::error_code, int)>(
+      [&io, ec, v](auto handler) {
+        asio::post(io, [h = std::move(handler), ec, v]() mutable { std::move(h)(ec, v); });
+      },
+      t);
+}
+} // namespace
+
+TEST_CASE("r16: a token attempt's classifier sees its (error_code, int) completion as an error or "
+          "an int, on the composed and hedge paths") {
+  for (const bool hedged : {false, true}) {
+    CAPTURE(hedged);
+    manual_clock::reset();
+    asio::io_context io;
+    int calls = 0;
+    auto op = [&](auto&& token) {
+      ++calls;
+      const std::error_code ec = calls == 1 ? refused : std::error_code{};
+      return async_answer(io, ec, calls == 2 ? 0 : 9, std::forward<decltype(token)>(token));
+    };
+    std::vector<std::string> seen;
+    retry_policy p{.max_attempts = 4, .backoff = coretry::backoff::fixed(1ms)};
+    p.classify = [&](const attempt_result& r) {
+      const int* v = r.value<int>();
+      seen.push_back(r.error() ? "error" : v ? std::to_string(*v) : "none");
+      return attempt_decision{.retry = r.error() == refused || (v && *v == 0)};
+    };
+    outcome o;
+    if (hedged) {
+      coretry::hedge_stats hs;
+      coretry::async_hedge<manual_timer>(io.get_executor(), op, p,
+                                         coretry::hedge_options{.delay = 1h, .max_copies = 1}, hs,
+                                         record(o));
+    } else {
+      coretry::retry_stats stats;
+      coretry::async_retry<manual_timer>(io.get_executor(), op, p, stats, record(o));
+    }
+    drive(io, [] { return false; });
+    CHECK(o.completions == 1);
+    CHECK(!o.error);
+    CHECK(o.value == 9);
+    CHECK(seen == std::vector<std::string>{"error", "0", "9"});
+  }
+}
+
+TEST_CASE("r16: a void operation whose successes a classifier rejects runs no fallback when the "
+          "loop gives up, as a rejected value does not") {
+  manual_clock::reset();
+  asio::io_context io;
+  int calls = 0;
+  auto op = [&]() -> asio::awaitable<void> {
+    ++calls;
+    co_return;
+  };
+  retry_policy p{.max_attempts = 2, .backoff = coretry::backoff::fixed(1ms)};
+  p.classify = [](const attempt_result& r) {
+    return attempt_decision{.retry = !r.error() && !r.exception()};
+  };
+  int fallback_ran = 0;
+  auto fb = coretry::fallback([&](const coretry::fallback_info&) { ++fallback_ran; });
+  int completions = 0;
+  std::error_code got;
+  coretry::async_retry<manual_timer>(io.get_executor(), op, p, fb, [&](std::error_code ec) {
+    ++completions;
+    got = ec;
+  });
+  drive(io, [] { return false; });
+  CHECK(completions == 1);
+  CHECK(calls == 2);
+  CHECK(fallback_ran == 0);
+  CHECK(!got);
+}
