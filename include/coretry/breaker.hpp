@@ -100,18 +100,10 @@ struct circuit_breaker_options {
   /// how widely waiters are spread past the end of a break (`open_until() + retry_interval * u`,
   /// u uniform in [0, 1]), so that they do not all ask at the same instant. Positive.
   std::chrono::nanoseconds retry_interval = std::chrono::milliseconds(100);
-  /// Concurrency limit (a bulkhead): at most this many granted attempts without an outcome yet,
-  /// in every state; one more is refused (`errc::circuit_open`, or a wait of `retry_interval`
-  /// under `on_open::wait`) and counted in `in_flight_refusals()`. It bounds what an upstream
-  /// that stopped answering receives before the first timeouts open the breaker: without it,
-  /// every request of the detection window (the attempt timeout) is sent and queued there.
-  /// Size it above the attempts normally in flight (request rate × latency) with room for bursts
-  /// and slow periods. 0 (the default): no limit. At most 1,000,000. resilience4j's bulkhead
-  /// `maxConcurrentCalls`; 0.2 called it `max_in_flight`.
-  unsigned max_concurrent_calls = 0;
-  /// 0.2's name of `max_concurrent_calls`, read only while `max_concurrent_calls` is left at its
-  /// default (0); set both to different non-zero values and the breaker refuses the options
-  /// (`std::invalid_argument` naming both).
+  /// 0.2's name of `max_concurrent_calls`, in its place (a positional initializer keeps its
+  /// meaning); read only while `max_concurrent_calls` is left at its default (0), so it wins over
+  /// a `max_concurrent_calls` set to 0 too. Set both to different non-zero values and the breaker
+  /// refuses the options (`std::invalid_argument` naming both).
   [[deprecated("use max_concurrent_calls")]] unsigned max_in_flight = 0;
   /// The breaker's own health classification of an attempt's outcome (`attempt_gate::classify`),
   /// apart from what the policy retries: what it counts as a failure (`health::unhealthy`), a
@@ -131,6 +123,16 @@ struct circuit_breaker_options {
   /// attempt that caused the change.
   std::function<void(breaker_state from, breaker_state to, std::chrono::nanoseconds now)>
       on_transition{};
+  /// Concurrency limit (a bulkhead): at most this many granted attempts without an outcome yet,
+  /// in every state; one more is refused (`errc::circuit_open`, or a wait of `retry_interval`
+  /// under `on_open::wait`) and counted in `in_flight_refusals()`. It bounds what an upstream
+  /// that stopped answering receives before the first timeouts open the breaker: without it,
+  /// every request of the detection window (the attempt timeout) is sent and queued there.
+  /// Size it above the attempts normally in flight (request rate × latency) with room for bursts
+  /// and slow periods. 0 (the default): no limit. At most 1,000,000. resilience4j's bulkhead
+  /// `maxConcurrentCalls`; 0.2 called it `max_in_flight`. Last, after the fields that were there
+  /// before it: in a designated initializer it comes after `on_transition`.
+  unsigned max_concurrent_calls = 0;
 };
 CORETRY_ALLOW_DEPRECATED_END
 

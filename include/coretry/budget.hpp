@@ -104,13 +104,10 @@ struct ratio_budget_options {
   double min_retries_per_second = 10.0;
   /// How far back requests and retries are remembered. Positive.
   std::chrono::nanoseconds window = std::chrono::seconds(10);
-  /// How finely the window slides: it moves on by `window / window_buckets` at a time. In
-  /// [1, 1000], and `window / window_buckets` must be at least 1 ns. The name the breaker and the
-  /// throttle use for the same thing; 0.2 called it `buckets`.
-  unsigned window_buckets = 10;
-  /// 0.2's name of `window_buckets`, read only while `window_buckets` is left at its default (10);
-  /// set both to different values other than 10 and the budget refuses the options
-  /// (`std::invalid_argument` naming both).
+  /// 0.2's name of `window_buckets`, in its 0.2 place (a positional initializer keeps its
+  /// meaning); read only while `window_buckets` is left at its default (10), so it wins over a
+  /// `window_buckets` set to 10 too. Set both to different values other than 10 and the budget
+  /// refuses the options (`std::invalid_argument` naming both).
   [[deprecated("use window_buckets")]] unsigned buckets = 10;
   /// Whether a retry a rate limiter invited (an HTTP 429 with `Retry-After`, waited; see
   /// `retry_budget::limits_scheduled_retries`) is asked of this budget too. False (the default):
@@ -119,6 +116,11 @@ struct ratio_budget_options {
   /// them, and `max_attempts` and the deadline bound them. True: every retry counts, as
   /// Finagle's budget counts them. Retries after a 503 with `Retry-After` always count.
   bool limit_scheduled_retries = false;
+  /// How finely the window slides: it moves on by `window / window_buckets` at a time. In
+  /// [1, 1000], and `window / window_buckets` must be at least 1 ns. The name the breaker and the
+  /// throttle use for the same thing; 0.2 called it `buckets`. Last, after the fields that were
+  /// there before it: in a designated initializer it comes after `limit_scheduled_retries`.
+  unsigned window_buckets = 10;
 };
 CORETRY_ALLOW_DEPRECATED_END
 

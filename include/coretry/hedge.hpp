@@ -96,18 +96,21 @@ struct hedge_options {
   /// and most calls are sent twice. Zero starts `max_copies` attempts at once;
   /// `coretry::unlimited` starts a new one only when one fails. Must not be negative.
   nanoseconds delay = std::chrono::milliseconds(100);
-  /// Attempts running at once, the first included. A hedge due while this many run starts when
-  /// one of them fails. At least 1 (1: attempts never overlap, and the next one starts as soon
-  /// as the running one fails: a retry without backoff). Copies of this one operation, not a
-  /// limit across operations (that is `circuit_breaker_options::max_concurrent_calls`); 0.2
-  /// called it `max_in_flight`.
-  unsigned max_copies = 2;
-  /// 0.2's name of `max_copies`, read only while `max_copies` is left at its default (2); set
-  /// both to different values other than 2 and `validate` refuses them (naming both).
+  /// 0.2's name of `max_copies`, in its 0.2 place (a 0.2 positional initializer keeps its
+  /// meaning); read only while `max_copies` is left at its default (2), so it wins over a
+  /// `max_copies` set to 2 too. Set both to different values other than 2 and `validate` refuses
+  /// them (naming both).
   [[deprecated("use max_copies")]] unsigned max_in_flight = 2;
   /// Called when an attempt after the first starts, on the operation's strand. A hook that
   /// throws ends the operation with `errc::unexpected_exception`.
   std::function<void(const hedge_event&)> on_hedge{};
+  /// Attempts running at once, the first included. A hedge due while this many run starts when
+  /// one of them fails. At least 1 (1: attempts never overlap, and the next one starts as soon
+  /// as the running one fails: a retry without backoff). Copies of this one operation, not a
+  /// limit across operations (that is `circuit_breaker_options::max_concurrent_calls`); 0.2
+  /// called it `max_in_flight`. Last, after the 0.2 fields: in a designated initializer it comes
+  /// after `on_hedge`.
+  unsigned max_copies = 2;
 
   /// Throws `std::invalid_argument` naming the field and its value when out of range.
   void validate() const {
