@@ -21,8 +21,8 @@ namespace coretry::bench {
 template <class Token>
 auto post_result(const asio::io_context::executor_type& ex, std::error_code ec, Token&& token) {
   return asio::async_initiate<Token, void(std::error_code, int)>(
-      [ec](auto handler, const asio::io_context::executor_type& ex) {
-        auto hex = asio::get_associated_executor(handler, ex);
+      [ec](auto handler, const asio::io_context::executor_type& io_ex) {
+        auto hex = asio::get_associated_executor(handler, io_ex);
         asio::post(hex, [h = std::move(handler), ec]() mutable { std::move(h)(ec, 1); });
       },
       token, ex);

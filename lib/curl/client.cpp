@@ -49,8 +49,8 @@ void cancel_hook::operator()(asio::cancellation_type) const {
   // Posted, never run here: the emit may come from inside a libcurl callback, lock held.
   asio::post(impl->executor_, [impl, weak = std::weak_ptr<transfer>(t)] {
     std::lock_guard lock(impl->mutex_);
-    if (auto t = weak.lock())
-      impl->cancel(t);
+    if (auto live = weak.lock())
+      impl->cancel(live);
   });
 }
 

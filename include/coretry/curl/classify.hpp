@@ -73,8 +73,8 @@ failure_kind_of(const std::error_code& ec, std::string_view error_detail = {}) n
 ///   return d;
 /// };
 /// ```
-CORETRY_CURL_API coretry::attempt_decision
-classify(const coretry::attempt_result& r, const coretry::http::retry_rules& rules = {});
+CORETRY_CURL_API coretry::attempt_decision classify(const coretry::attempt_result& r,
+                                                    const coretry::http::retry_rules& rules = {});
 
 /// Whether an HTTP status is worth retrying by default: 408, 429, 500, 502, 503 and 504. Every
 /// other status, other 4xx in particular, is final. `coretry::http::is_retryable_status`.
