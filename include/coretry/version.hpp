@@ -6,6 +6,6 @@
 /// Major version: 0 until the API is stable.
 #define CORETRY_VERSION_MAJOR 0
 /// Minor version: before 1.0 a new one may change the API and the ABI (see CHANGELOG.md).
-#define CORETRY_VERSION_MINOR 2
+#define CORETRY_VERSION_MINOR 3
 /// Patch version: fixes only.
 #define CORETRY_VERSION_PATCH 0
