@@ -36,8 +36,10 @@ set(CORETRY_WITH_CURL ${CORETRY_BUILD_CURL})
 _coretry_asio_version_string(CORETRY_ASIO_VERSION_STRING ${CORETRY_ASIO_CONFIGURED_VERSION})
 configure_package_config_file(cmake/coretry-config.cmake.in
   "${PROJECT_BINARY_DIR}/coretry-config.cmake" INSTALL_DESTINATION ${CORETRY_INSTALL_CMAKEDIR})
-write_basic_package_version_file("${PROJECT_BINARY_DIR}/coretry-config-version.cmake"
-  COMPATIBILITY SameMinorVersion)
+# Not write_basic_package_version_file: none of its rules accepts the previous minor release
+# (this one keeps its spellings compiling), so the file is ours.
+configure_file(cmake/coretry-config-version.cmake.in
+  "${PROJECT_BINARY_DIR}/coretry-config-version.cmake" @ONLY)
 install(FILES
   "${PROJECT_BINARY_DIR}/coretry-config.cmake"
   "${PROJECT_BINARY_DIR}/coretry-config-version.cmake"
