@@ -148,10 +148,26 @@ void multi_driver::drain_messages() {
     owner_.transfers_freed();
 }
 
-// Arms the waits libcurl wants on `s` that are not armed yet. A descriptor that is already
-// ready gets its event posted: Asio's epoll reactor registers descriptors edge-triggered and
-// does not test readiness for async_wait, so a wait armed after data already arrived (libcurl
-// reads at most one buffer per call) would sleep until the next packet.
+// Arms the waits libcurl wants on `s` that are not armed yet. A wait armed after data already
+// arrived (libcurl reads at most one buffer per call) must not sleep until the next packet,
+// although Asio's reactors register descriptors edge-triggered. Asio's epoll reactor arms
+// every `async_wait` with `EPOLL_CTL_MOD`, and the kernel reports a descriptor that is ready
+// already at that moment (Asio 1.22 to 1.38, Boost 1.81: a wait is never speculative), so
+// there the wait alone is enough. Elsewhere (another reactor, or io_uring as the default) the
+// descriptor's readiness is tested with a poll of our own first, and a ready one gets its
+// event posted. On epoll that poll would be one system call per attempt more, and the seventh:
+// docs/benchmarks.md, "Where the HTTP client's CPU goes".
+#if CORETRY_ASIO_BOOST
+#if defined(BOOST_ASIO_HAS_EPOLL) && !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
+#define CORETRY_CURL_WAIT_TESTS_READINESS 1
+#endif
+#elif defined(ASIO_HAS_EPOLL) && !defined(ASIO_HAS_IO_URING_AS_DEFAULT)
+#define CORETRY_CURL_WAIT_TESTS_READINESS 1
+#endif
+#ifndef CORETRY_CURL_WAIT_TESTS_READINESS
+#define CORETRY_CURL_WAIT_TESTS_READINESS 0
+#endif
+
 void multi_driver::arm(socket_entry& s) {
   if (shut_)
     return;
@@ -161,7 +177,7 @@ void multi_driver::arm(socket_entry& s) {
     return;
   pollfd p{s.desc.native_handle(),
            static_cast<short>((want_read ? POLLIN : 0) | (want_write ? POLLOUT : 0)), 0};
-  const int ready = ::poll(&p, 1, 0);
+  const int ready = CORETRY_CURL_WAIT_TESTS_READINESS ? 0 : ::poll(&p, 1, 0);
   const bool error = ready > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
   auto arm_one = [&](bool write) {
     (write ? s.writing : s.reading) = true;
