@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -85,6 +86,18 @@ TEST_CASE("default_classify decides as the 0.2 predicates' defaults") {
   CHECK_FALSE(none.throttle);
   CHECK(none.retry_after == 0ns);
 }
+
+// with_value keeps a pointer: a temporary (an rvalue) is refused at compile time, so a
+// classifier's own test cannot leave the result pointing at a value already destroyed.
+template <class V>
+concept carries = requires(attempt_result& r, V&& v) {
+  r.with_value(std::forward<V>(v));
+};
+static_assert(carries<const int&>);
+static_assert(carries<int&>);
+static_assert(!carries<int>);
+static_assert(!carries<const int>);
+static_assert(!carries<std::string>);
 
 TEST_CASE("attempt_result gives a value only as the type it holds") {
   const int v = 7;
