@@ -12,6 +12,7 @@
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/counters.hpp>
 #include <support/run_on_manual_clock.hpp>
 #include <support/test_ops.hpp>
 
@@ -42,28 +43,6 @@ attempt_decision retry_refused(const attempt_result& r) {
 attempt_decision retry_timeouts_only(const attempt_result& r) {
   return {.retry = r.error() == coretry::condition::timed_out};
 }
-
-// A breaker that no outcome here opens: only its counts are read.
-std::shared_ptr<coretry::circuit_breaker> counting_breaker() {
-  return std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
-      .consecutive_failures = 1000, .failure_ratio = 0, .seed = 1});
-}
-
-struct counts {
-  std::uint64_t successes, failures, pushbacks, abandoned;
-  bool operator==(const counts&) const = default;
-};
-counts counts_of(const coretry::circuit_breaker& b) {
-  return {b.successes(), b.failures(), b.pushbacks(), b.abandoned()};
-}
-
-// A sending rate that grants at once and counts what it hears.
-struct counting_rate final : coretry::send_rate {
-  int throttles = 0, successes = 0;
-  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override { return {}; }
-  void on_throttle(std::chrono::nanoseconds) noexcept override { ++throttles; }
-  void on_success(std::chrono::nanoseconds) noexcept override { ++successes; }
-};
 
 } // namespace
 

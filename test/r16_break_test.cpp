@@ -14,6 +14,7 @@
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/counters.hpp>
 #include <support/run_on_manual_clock.hpp>
 #include <support/test_ops.hpp>
 
@@ -146,19 +147,6 @@ retry_policy with_classifier() {
   };
   return p;
 }
-
-// A breaker that no outcome here opens: only its counts are read.
-std::shared_ptr<coretry::circuit_breaker> counting_breaker() {
-  return std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
-      .consecutive_failures = 1000, .failure_ratio = 0, .seed = 1});
-}
-
-struct counting_rate final : coretry::send_rate {
-  int throttles = 0, successes = 0;
-  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override { return {}; }
-  void on_throttle(std::chrono::nanoseconds) noexcept override { ++throttles; }
-  void on_success(std::chrono::nanoseconds) noexcept override { ++successes; }
-};
 
 } // namespace
 
