@@ -18,7 +18,10 @@ endfunction()
 # coretry_library_properties(target export-name): what coretry's libraries share. A shared build
 # exports only what the headers mark CORETRY_API (include/coretry/export.hpp) and carries a
 # versioned SONAME: before 1.0 a minor version may break the ABI, so it is part of the SONAME.
+# Their sources are also kept free of shadowed names (-Wshadow), as the public headers are
+# under users' strict flags (package.headers); the tests are not held to it.
 function(coretry_library_properties target export_name)
+  target_compile_options(${target} PRIVATE -Wshadow)
   set_target_properties(${target} PROPERTIES
     EXPORT_NAME ${export_name}
     POSITION_INDEPENDENT_CODE ON

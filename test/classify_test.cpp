@@ -12,6 +12,7 @@
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/counters.hpp>
 #include <support/run_on_manual_clock.hpp>
 #include <support/test_ops.hpp>
 
@@ -20,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -42,28 +44,6 @@ attempt_decision retry_timeouts_only(const attempt_result& r) {
   return {.retry = r.error() == coretry::condition::timed_out};
 }
 
-// A breaker that no outcome here opens: only its counts are read.
-std::shared_ptr<coretry::circuit_breaker> counting_breaker() {
-  return std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
-      .consecutive_failures = 1000, .failure_ratio = 0, .seed = 1});
-}
-
-struct counts {
-  std::uint64_t successes, failures, pushbacks, abandoned;
-  bool operator==(const counts&) const = default;
-};
-counts counts_of(const coretry::circuit_breaker& b) {
-  return {b.successes(), b.failures(), b.pushbacks(), b.abandoned()};
-}
-
-// A sending rate that grants at once and counts what it hears.
-struct counting_rate final : coretry::send_rate {
-  int throttles = 0, successes = 0;
-  std::chrono::nanoseconds acquire(std::chrono::nanoseconds) noexcept override { return {}; }
-  void on_throttle(std::chrono::nanoseconds) noexcept override { ++throttles; }
-  void on_success(std::chrono::nanoseconds) noexcept override { ++successes; }
-};
-
 } // namespace
 
 TEST_CASE("default_classify decides as the 0.2 predicates' defaults") {
@@ -85,6 +65,18 @@ TEST_CASE("default_classify decides as the 0.2 predicates' defaults") {
   CHECK_FALSE(none.throttle);
   CHECK(none.retry_after == 0ns);
 }
+
+// with_value keeps a pointer: a temporary (an rvalue) is refused at compile time, so a
+// classifier's own test cannot leave the result pointing at a value already destroyed.
+template <class V>
+concept carries = requires(attempt_result& r, V&& v) {
+  r.with_value(std::forward<V>(v));
+};
+static_assert(carries<const int&>);
+static_assert(carries<int&>);
+static_assert(!carries<int>);
+static_assert(!carries<const int>);
+static_assert(!carries<std::string>);
 
 TEST_CASE("attempt_result gives a value only as the type it holds") {
   const int v = 7;

@@ -11,6 +11,7 @@
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/counters.hpp>
 #include <support/fake_gate.hpp>
 #include <support/run_on_manual_clock.hpp>
 #include <support/test_ops.hpp>
@@ -49,20 +50,6 @@ public:
 const status_category_t status_category{};
 std::error_code status(int v) {
   return {v, status_category};
-}
-
-// A breaker that no outcome here opens: only its counts are read.
-std::shared_ptr<coretry::circuit_breaker> counting_breaker() {
-  return std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
-      .consecutive_failures = 1000, .failure_ratio = 0, .seed = 1});
-}
-
-struct counts {
-  std::uint64_t successes, failures, pushbacks, abandoned;
-  bool operator==(const counts&) const = default;
-};
-counts counts_of(const coretry::circuit_breaker& b) {
-  return {b.successes(), b.failures(), b.pushbacks(), b.abandoned()};
 }
 
 // One attempt per operation, each ending as `script` says: refused, timed out by the system, cut

@@ -596,6 +596,20 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
   return std::pair{http_attempt<ResponseBody, RequestBody, Fields>{st, ex}, std::move(p)};
 }
 
+/// The body of every `retry` overload: the checks and the request prepared at the call
+/// (`prepare`), then the retry loop, filling `*stats` when there is one.
+template <class ResponseBody, class RequestBody, class Fields>
+asio::awaitable<http::response<ResponseBody>>
+start_retry(const asio::any_io_executor& ex, endpoint where, http::request<RequestBody, Fields> req,
+            coretry::retry_policy policy, const coretry::http::retry_rules& rules,
+            coretry::retry_stats* stats) {
+  auto [attempt, p] =
+      prepare<ResponseBody>(ex, std::move(where), std::move(req), std::move(policy), rules);
+  if (stats != nullptr)
+    return coretry::retry_async(std::move(attempt), std::move(p), *stats);
+  return coretry::retry_async(std::move(attempt), std::move(p));
+}
+
 } // namespace detail
 
 /// Sends `req` to `where` until an attempt is accepted, under `policy` and the HTTP rules of
@@ -639,10 +653,9 @@ template <class ResponseBody = http::string_body, class RequestBody, class Field
 requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<ResponseBody>>
 retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
       http::request<RequestBody, Fields> req, Policy&& policy, CORETRY_BEAST_RULES rules) {
-  auto [attempt, p] = detail::prepare<ResponseBody>(
+  return detail::start_retry<ResponseBody>(
       ex, std::move(where), std::move(req),
-      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
-  return coretry::retry_async(std::move(attempt), std::move(p));
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules, nullptr);
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
@@ -655,10 +668,9 @@ requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<Re
 retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
       http::request<RequestBody, Fields> req, Policy&& policy, CORETRY_BEAST_RULES rules,
       coretry::retry_stats& stats) {
-  auto [attempt, p] = detail::prepare<ResponseBody>(
+  return detail::start_retry<ResponseBody>(
       ex, std::move(where), std::move(req),
-      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
-  return coretry::retry_async(std::move(attempt), std::move(p), stats);
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules, &stats);
 }
 
 /// As above, with the default `coretry::http::retry_rules` (those of `coretry::curl::retry`).
@@ -673,10 +685,9 @@ retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
   // The rules are made here, never as a default argument: g++ 12 miscompiles a temporary with
   // default member initializers inside the caller's co_await expression.
   const coretry::http::retry_rules rules;
-  auto [attempt, p] = detail::prepare<ResponseBody>(
+  return detail::start_retry<ResponseBody>(
       ex, std::move(where), std::move(req),
-      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
-  return coretry::retry_async(std::move(attempt), std::move(p));
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules, nullptr);
 }
 
 /// As above, and fills `stats` as the operation goes. `stats` must outlive the operation.
@@ -689,10 +700,9 @@ requires coretry::detail::policy_value<Policy> asio::awaitable<http::response<Re
 retry(const asio::any_io_executor& ex, CORETRY_BEAST_ENDPOINT where,
       http::request<RequestBody, Fields> req, Policy&& policy, coretry::retry_stats& stats) {
   const coretry::http::retry_rules rules;
-  auto [attempt, p] = detail::prepare<ResponseBody>(
+  return detail::start_retry<ResponseBody>(
       ex, std::move(where), std::move(req),
-      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules);
-  return coretry::retry_async(std::move(attempt), std::move(p), stats);
+      coretry::detail::policy_copy(std::forward<Policy>(policy)), rules, &stats);
 }
 
 /// `retry` with a completion token: callbacks, `use_future`, `as_tuple(use_awaitable)`, ...

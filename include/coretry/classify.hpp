@@ -33,6 +33,9 @@ public:
     type_ = &typeid(T);
     return *this;
   }
+  /// Refused: a temporary would be gone before the classifier reads it
+  /// (`r.with_value(make_response())` in a classifier's test). Name the value first.
+  template <class T> attempt_result& with_value(const T&&) = delete;
   /// The same outcome carrying the server's hint (`attempt_context::retry_after`).
   attempt_result& with_retry_after(std::chrono::nanoseconds hint) noexcept {
     hint_ = hint;

@@ -46,6 +46,12 @@ namespace coretry::detail {
 //    result it rejects is `errc::result_rejected`);
 // 3. when the operation ends on it (`take_fatal_exception`, or the loops' own exits): an
 //    exception still kept is a bug, `errc::unexpected_exception`.
+// An attempt that did not run its course because a cancellation abandoned it (the caller's, the
+// group's, or the hedge's own for a copy that lost) takes step 2 as `judge_abandoned`: no
+// judge is asked about what it threw, whether the policy spells its judgement as `classify` or
+// as the 0.2 `retry_if_exception`, and the exception is dropped, as a timer's cut drops it. Its
+// error is `operation_aborted`, and the operation ends as the cancellation (or the copy that
+// won) decides: an abandoned attempt's exception changes neither the outcome nor the report.
 
 /// Which `std::system_error`s step 1 turns into their code.
 enum class kept_codes : unsigned char {
@@ -119,11 +125,22 @@ template <class Out> void judge_result(const retry_policy& p, Out& out) noexcept
   }
 }
 
+/// Step 2 for an attempt a cancellation abandoned (see the rule above): an exception kept in
+/// `out.exception` is dropped and the attempt's error is `operation_aborted`, whatever the
+/// policy. Asked by `judge_outcome` (retry_loop.hpp) for an attempt that did not run its
+/// course, and by the hedge for a copy that lost.
+template <class Out> void judge_abandoned(Out& out) noexcept {
+  if (!out.exception)
+    return;
+  out.exception = nullptr;
+  out.error = aborted_error();
+}
+
 /// Step 2, asked by every loop once an attempt has ended and a timer's cut has been written
 /// into `out`: `judge_exception`, then `judge_result`. Returns `judge_exception`'s answer.
 /// The loops ask it through `judge_outcome` (retry_loop.hpp), which asks the policy's
-/// `classify` instead when it has one; the hedge asks only `judge_exception` of a copy it
-/// abandoned.
+/// `classify` instead when it has one, and `judge_abandoned` first for an attempt a
+/// cancellation abandoned.
 template <class Out> std::exception_ptr judge_attempt(const retry_policy& p, Out& out) noexcept {
   std::exception_ptr retried = judge_exception(p, out);
   judge_result(p, out);

@@ -14,12 +14,13 @@
 // memory from a handler's allocator asks.
 //
 // Reused from the retry loop: the attempt shapes and the one rule for what an attempt threw
-// (`attempt_shape`, `take_current_exception`, `judge_exception`, `judge_result`;
-// attempt_shape.hpp), the reservations that settle once whatever happens (`gate_grant`,
-// `send_token`, `retry_charge`; reservation.hpp), the schedule's decisions and its one verdict
-// per attempt (`begin_attempt`, `pace`, `classify`, `report`, `stop`; schedule.hpp), and the
-// completion signatures, delivery, executor choice (`runs_on_one_thread`,
-// `with_serializing_executor`), outstanding work and cancellation steps of retry_op.hpp.
+// (`attempt_shape`, `take_current_exception`, `judge_abandoned`; attempt_shape.hpp, and
+// `judge_outcome`; retry_loop.hpp), the reservations that settle once whatever happens
+// (`gate_grant`, `send_token`, `retry_charge`; reservation.hpp), the schedule's decisions and
+// its one verdict per attempt (`begin_attempt`, `pace`, `classify`, `report`, `stop`;
+// schedule.hpp), and the completion signatures, delivery, executor choice
+// (`runs_on_one_thread`, `with_serializing_executor`), outstanding work and cancellation steps
+// of retry_op.hpp.
 //
 // Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
 // `hedge_engine` holds the state and runs everything but what names the caller's handler or the
@@ -291,7 +292,7 @@ public:
     std::exception_ptr retried;
     std::optional<attempt_decision> decided;
     if (abandoned) {
-      retried = judge_exception(policy_, out); // step 2's first half: no result for a lost copy
+      judge_abandoned(out); // a lost copy: neither what it threw nor its value is judged
     } else {
       decided = judge_outcome(policy_, out, sl.number, !timer_cut && !cancelled, out.retry_after,
                               out.health_code, retried);

@@ -54,10 +54,12 @@ template <class T> struct loop_result {
 
 /// The policy's judgement of an attempt's outcome `out` (its `error`, `value` and `exception`),
 /// before `schedule::classify` sees it: step 2 of attempt_shape.hpp's rule, for the retry loop
-/// and the hedge alike. With `retry_policy::classify`, as it decides (asked only for an attempt
-/// that `ran_its_course`: no timer cut it and no cancellation abandoned it), else as
-/// `retry_if_exception` and `retry_if_result` say (`judge_attempt`, asked as 0.2 asked them). An exception
-/// retried becomes `errc::retryable_exception` and moves into `retried`; a value rejected
+/// and the hedge alike. An attempt that did not `ran_its_course` (a timer cut it or a
+/// cancellation abandoned it) has what it threw dropped (`judge_abandoned`) under either
+/// spelling, and only the 0.2 `retry_if_result` is asked about its value, as 0.2 asked it.
+/// Otherwise with `retry_policy::classify`, as it decides, else as `retry_if_exception` and
+/// `retry_if_result` say (`judge_attempt`, asked as 0.2 asked them). An exception retried
+/// becomes `errc::retryable_exception` and moves into `retried`; a value rejected
 /// becomes `errc::result_rejected` (the value stays: it is returned if the loop gives up); a
 /// judge that throws puts what it threw in `out.exception` (a bug: the loop stops). `hint` is
 /// raised to the decision's server hint. Returns the classifier's decision, for
@@ -67,12 +69,16 @@ std::optional<attempt_decision> judge_outcome(const retry_policy& p, Out& out, u
                                               bool ran_its_course, nanoseconds& hint,
                                               const std::error_code& health_code,
                                               std::exception_ptr& retried) noexcept {
+  if (!ran_its_course) {
+    judge_abandoned(out);
+    if (!p.classify)
+      judge_result(p, out);
+    return std::nullopt;
+  }
   if (!p.classify) {
     retried = judge_attempt(p, out);
     return std::nullopt;
   }
-  if (!ran_its_course)
-    return std::nullopt;
   attempt_result r(attempt, out.error, out.exception);
   if constexpr (!std::is_same_v<typename decltype(out.value)::value_type, no_value>)
     if (out.value && !out.error && !out.exception)
