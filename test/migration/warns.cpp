@@ -35,7 +35,7 @@ int main() {
   // retry_policy keeps the five 0.2 predicates: its copies and moves must not warn either, nor
   // must `classify`, which replaces them.
   coretry::retry_policy p{.max_attempts = 2};
-  p.classify = [](const coretry::attempt_result& r) { return coretry::default_classify(r); };
+  p.classify = coretry::default_classify;
   coretry::retry_policy p2 = p;
   coretry::retry_policy p3 = std::move(p2);
   p2 = p3;
