@@ -640,8 +640,9 @@ auto prepare(const asio::any_io_executor& ex, endpoint where,
 ///   `policy.retry_if`) replaces which errors are retried, and the limits still hold;
 /// - responses with a status of `rules.status_forcelist` are retried, within
 ///   `rules.status_retries`; a `policy.classify` (or the deprecated `policy.retry_if_result`
-///   on `http::response<ResponseBody>`) replaces which are retried, and the limit still holds for the statuses the rules retry (a
-///   response only the policy's filter rejects is not counted, as in `coretry::curl::retry`).
+///   on `http::response<ResponseBody>`) replaces which are retried, and the limit still holds
+///   for the statuses the rules retry (a response only the policy's classifier rejects is not
+///   counted, as in `coretry::curl::retry`).
 ///   When the attempts run out on such a status, that response is returned;
 /// - a `Retry-After` on a status of `rules.retry_after_status_codes` (429, 503) is the least wait
 ///   before the next attempt (`attempt_context::retry_after`: `policy.max_retry_after` and the
