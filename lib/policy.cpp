@@ -42,6 +42,7 @@ void retry_policy::validate() const {
                    "the policy needs an endpoint_registry with a breaker to supply each "
                    "endpoint's own: curl::client_options::resilience, or "
                    "endpoint_registry::apply; for one upstream use presets::overload_safe()");
+  CORETRY_ALLOW_DEPRECATED_BEGIN // classify set beside a 0.2 predicate
   if (classify) {
     const char* mixed = retry_if             ? "retry_if"
                         : pushback_if        ? "pushback_if"
@@ -55,6 +56,7 @@ void retry_policy::validate() const {
           (std::string("and ") + mixed + " is set too: classify replaces it, decide there")
               .c_str());
   }
+  CORETRY_ALLOW_DEPRECATED_END
   if (when_open != on_open::fail && when_open != on_open::wait)
     detail::refuse(where, "when_open", std::to_string(static_cast<int>(when_open)),
                    "must be on_open::fail or on_open::wait");

@@ -8,15 +8,21 @@
 #include <coretry/hedge.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/rate_limit.hpp>
+#include <coretry/retry.hpp>
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
 #include <support/run_on_manual_clock.hpp>
+#include <support/test_ops.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
@@ -50,7 +56,218 @@ asio::awaitable<int> slow_failure() {
   throw std::system_error(make_error_code(std::errc::connection_refused));
 }
 
+// How one operation ended, and what the breaker and the sending rate heard of it: what a 0.2
+// predicate and the `classify` written for it must both give.
+struct run_record {
+  int completions, value, calls;
+  std::error_code error, reason, last_error;
+  std::uint64_t successes, failures, pushbacks;
+  int throttles, rate_successes;
+  bool operator==(const run_record&) const = default;
+};
+
+// A sending rate that grants at once and counts what it hears.
+struct counting_rate final : coretry::send_rate {
+  int throttles = 0, successes = 0;
+  nanoseconds acquire(nanoseconds) noexcept override { return {}; }
+  void on_throttle(nanoseconds) noexcept override { ++throttles; }
+  void on_success(nanoseconds) noexcept override { ++successes; }
+};
+
+// Runs `script` once under `p` (a breaker that never opens and a counting rate added), on the
+// manual clock.
+run_record run_script(const std::vector<coretry::test::step>& script, coretry::retry_policy p) {
+  coretry::testing::manual_clock::reset();
+  asio::io_context io;
+  auto breaker = std::make_shared<coretry::circuit_breaker>(coretry::circuit_breaker_options{
+      .consecutive_failures = 1000, .failure_ratio = 0, .seed = 1});
+  auto rate = std::make_shared<counting_rate>();
+  p.max_attempts = 4;
+  p.backoff = coretry::backoff::fixed(1ms);
+  p.breaker = breaker;
+  p.rate_limit = rate;
+  coretry::test::scripted_op op{script};
+  coretry::retry_stats stats;
+  const coretry::test::outcome o = coretry::test::run_retry(io, op, p, stats);
+  return {o.completions,
+          o.value,
+          op.calls,
+          o.error,
+          stats.reason,
+          stats.last_error,
+          breaker->successes(),
+          breaker->failures(),
+          breaker->pushbacks(),
+          rate->throttles,
+          rate->successes};
+}
+
+using coretry::attempt_decision;
+using coretry::attempt_result;
+using coretry::test::fail;
+using coretry::test::refused;
+using coretry::test::succeed;
+const std::error_code denied = make_error_code(std::errc::permission_denied);
+
 } // namespace
+
+TEST_CASE("0.2's retry_if still decides which errors are retried, as classify does") {
+  const std::vector<coretry::test::step> script{fail(refused), fail(denied), succeed(3)};
+  coretry::retry_policy old;
+  old.retry_if = [](const std::error_code& ec) { return ec == refused; };
+  coretry::retry_policy now;
+  now.classify = [](const attempt_result& r) {
+    attempt_decision d = coretry::default_classify(r);
+    d.retry = r.error() == refused;
+    return d;
+  };
+  const run_record a = run_script(script, old);
+  CHECK(a.error == denied); // not retried: final
+  CHECK(a.calls == 2);
+  CHECK(a.reason == denied);
+  CHECK(a == run_script(script, now));
+}
+
+TEST_CASE("0.2's pushback_if still makes a retried error a push-back, as classify does") {
+  const std::vector<coretry::test::step> script{fail(refused), succeed(1)};
+  coretry::retry_policy old;
+  old.pushback_if = [](const std::error_code& ec) { return ec == refused; };
+  coretry::retry_policy now;
+  now.classify = [](const attempt_result& r) {
+    attempt_decision d = coretry::default_classify(r);
+    d.pushback = r.error() == refused;
+    return d;
+  };
+  const run_record a = run_script(script, old);
+  CHECK(!a.error);
+  CHECK(a.value == 1);
+  CHECK(a.pushbacks == 1);
+  CHECK(a.failures == 0);
+  CHECK(a.successes == 1);
+  CHECK(a == run_script(script, now));
+  // Without it, the same refusal is a failure for the breaker.
+  CHECK(run_script(script, {}).failures == 1);
+}
+
+TEST_CASE("0.2's throttle_if still slows the sending rate down, as classify does") {
+  const std::vector<coretry::test::step> script{fail(refused), fail(denied), succeed(1)};
+  coretry::retry_policy old;
+  old.throttle_if = [](const std::error_code& ec) { return ec == denied; };
+  coretry::retry_policy now;
+  now.classify = [](const attempt_result& r) {
+    attempt_decision d = coretry::default_classify(r);
+    d.throttle = r.error() == denied;
+    return d;
+  };
+  const run_record a = run_script(script, old);
+  CHECK(!a.error);
+  CHECK(a.calls == 3);
+  CHECK(a.throttles == 1);
+  CHECK(a.rate_successes == 2);
+  CHECK(a == run_script(script, now));
+  CHECK(run_script(script, {}).throttles == 0);
+}
+
+TEST_CASE("0.2's retry_if_result still rejects values, the last one returned, as classify does") {
+  const auto zero_rejected = [](const attempt_result& r) {
+    attempt_decision d = coretry::default_classify(r);
+    if (const int* v = r.value<int>())
+      d.retry = *v == 0;
+    return d;
+  };
+  coretry::retry_policy now;
+  now.classify = zero_rejected;
+  const coretry::retry_policy old =
+      coretry::retry_policy{}.retry_if_result([](int v) { return v == 0; });
+  SUBCASE("accepted at the third attempt") {
+    const std::vector<coretry::test::step> script{succeed(0), succeed(0), succeed(7)};
+    const run_record a = run_script(script, old);
+    CHECK(!a.error);
+    CHECK(a.value == 7);
+    CHECK(a.calls == 3);
+    CHECK(a == run_script(script, now));
+  }
+  SUBCASE("rejected every time") {
+    const std::vector<coretry::test::step> script{succeed(0)};
+    const run_record a = run_script(script, old);
+    CHECK(!a.error);
+    CHECK(a.value == 0);
+    CHECK(a.calls == 4);
+    CHECK(a.reason == coretry::errc::attempts_exhausted);
+    CHECK(a.last_error == coretry::errc::result_rejected);
+    CHECK(a == run_script(script, now));
+  }
+  SUBCASE("a filter on another type is still refused at the call") {
+    const coretry::retry_policy other =
+        coretry::retry_policy{}.retry_if_result([](long v) { return v == 0; });
+    coretry::test::scripted_op op{{succeed(1)}};
+    asio::io_context io;
+    CHECK_THROWS_AS(
+        coretry::async_retry<coretry::testing::manual_timer>(
+            io.get_executor(), [&] { return op(); }, other, [](std::error_code, int) {}),
+        std::invalid_argument);
+  }
+}
+
+TEST_CASE("0.2's retry_if_exception still retries the exceptions it names, as classify does") {
+  struct flaky : std::runtime_error {
+    flaky() : std::runtime_error("flaky") {}
+  };
+  const auto run = [](const coretry::retry_policy& p) {
+    coretry::testing::manual_clock::reset();
+    asio::io_context io;
+    int calls = 0;
+    auto op = [&calls]() -> asio::awaitable<int> {
+      if (++calls < 3)
+        throw flaky();
+      co_return 5;
+    };
+    coretry::retry_stats stats;
+    const coretry::test::outcome o = coretry::test::run_retry(io, op, p, stats);
+    return std::tuple{o.error, o.value, calls, stats.attempts};
+  };
+  coretry::retry_policy old{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)};
+  old.retry_if_exception = coretry::retry_on<flaky>();
+  coretry::retry_policy now{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)};
+  now.classify = [](const attempt_result& r) {
+    attempt_decision d = coretry::default_classify(r);
+    d.retry = d.retry || (r.exception() && coretry::retry_on<flaky>()(r.exception()));
+    return d;
+  };
+  const auto a = run(old);
+  CHECK(!std::get<0>(a));
+  CHECK(std::get<1>(a) == 5);
+  CHECK(std::get<2>(a) == 3);
+  CHECK(a == run(now));
+  // Without it, the exception is a bug: the first attempt ends the operation.
+  const auto none = run(coretry::retry_policy{.max_attempts = 3});
+  CHECK(std::get<0>(none) == coretry::errc::unexpected_exception);
+  CHECK(std::get<2>(none) == 1);
+}
+
+TEST_CASE("classify beside any 0.2 predicate is refused, naming it") {
+  const auto judge = [](const attempt_result& r) { return coretry::default_classify(r); };
+  const auto refusal = [&](coretry::retry_policy p) {
+    p.classify = judge;
+    return what([&] { p.validate(); });
+  };
+  coretry::retry_policy a;
+  a.retry_if = [](const std::error_code&) { return true; };
+  CHECK(refusal(a).find("retry_if is set too") != std::string::npos);
+  coretry::retry_policy b;
+  b.pushback_if = [](const std::error_code&) { return true; };
+  CHECK(refusal(b).find("pushback_if is set too") != std::string::npos);
+  coretry::retry_policy c;
+  c.throttle_if = [](const std::error_code&) { return true; };
+  CHECK(refusal(c).find("throttle_if is set too") != std::string::npos);
+  CHECK(refusal(coretry::retry_policy{}.retry_if_result([](int) {
+          return true;
+        })).find("result_filter (retry_if_result) is set too") != std::string::npos);
+  coretry::retry_policy e;
+  e.retry_if_exception = coretry::retry_on<std::runtime_error>();
+  CHECK(refusal(e).find("retry_if_exception is set too") != std::string::npos);
+  CHECK(refusal({}) == "valid");
+}
 
 TEST_CASE("0.2's three names of the sentinel are coretry::unlimited") {
   CHECK(coretry::attempt_gate::never == coretry::unlimited);

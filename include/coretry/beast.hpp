@@ -468,10 +468,10 @@ inline std::string uri_host(const std::string& host) {
 
 /// The policy of one `retry` operation: `policy` with the HTTP rules wired in, as
 /// `coretry::curl::retry` does it. A request that may not be sent twice gets one attempt;
-/// transport errors go through `transport_failure` unless the policy has its own `retry_if`;
-/// responses through the status rules unless it has its own `retry_if_result` on the response
-/// type; the rules' per-kind limits hold either way; 429 is a push-back and 429 and 503 slow an
-/// adaptive sending rate.
+/// the rules are set as the policy's `classify` (transport errors through `transport_failure`,
+/// responses through the status rules; 429 a push-back, 429 and 503 slowing an adaptive
+/// sending rate) unless it has a `classify` of its own, or one of the deprecated 0.2 predicates
+/// (then wired in as in 0.2); the rules' per-kind limits hold either way.
 template <class ResponseBody, class RequestBody, class Fields>
 coretry::retry_policy make_policy(coretry::retry_policy p,
                                   const std::shared_ptr<retry_state<RequestBody, Fields>>& st) {
@@ -493,6 +493,28 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
       user(with_status);
     };
   using response_type = http::response<ResponseBody>;
+  // Without the caller's own judge, the rules decide through `classify`: a transport error of
+  // a kind they retry, a status they retry (429 a push-back, 429 and 503 slowing the sending
+  // rate), under their limits below. Only a caller's 0.2 predicate (deprecated) keeps the 0.2
+  // path further down, where the rules are wired into its predicates.
+  bool deprecated_predicates = false;
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  deprecated_predicates =
+      p.retry_if || p.pushback_if || p.throttle_if || p.result_filter || p.retry_if_exception;
+  CORETRY_ALLOW_DEPRECATED_END
+  if (!p.classify && !deprecated_predicates)
+    p.classify = [st](const coretry::attempt_result& r) {
+      coretry::attempt_decision d;
+      if (r.error()) {
+        d.retry = transport_failure(r.error(), st->rules).has_value();
+        d.throttle = coretry::default_throttle_if(r.error());
+      } else if (const response_type* res = r.template value<response_type>()) {
+        d.retry = coretry::http::is_retryable_status(res->result_int(), st->rules);
+        d.pushback = d.retry && coretry::http::is_pushback_status(res->result_int());
+        d.throttle = d.retry && coretry::http::slows_sending_rate(res->result_int());
+      }
+      return d;
+    };
   if (p.classify) {
     // The caller's classifier decides; the rules' limits per kind of failure hold all the
     // same, counted once per attempt it retries, as below.
@@ -513,6 +535,8 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
     };
     return p;
   }
+  // The 0.2 path, for a caller's deprecated predicates: as in 0.2, for one minor release.
+  CORETRY_ALLOW_DEPRECATED_BEGIN
   // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
   // is final, whatever decides the rest.
   p.retry_if = [user = std::move(p.retry_if), st](const std::error_code& ec) {
@@ -552,6 +576,7 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
               return st->counts.record(coretry::http::failure_kind::status, st->rules);
             }});
   }
+  CORETRY_ALLOW_DEPRECATED_END
   return p;
 }
 
@@ -625,12 +650,13 @@ start_retry(const asio::any_io_executor& ex, endpoint where, http::request<Reque
 ///   a server closing without a reply, a response cut short and attempts cut by
 ///   `policy.attempt_timeout`; names that do not resolve only with `retry_dns_failures`; never a
 ///   response past a limit of `async_exchange`), within
-///   `rules.connect_retries` and `rules.read_retries`; a `policy.retry_if` replaces which
-///   errors are retried, and the limits still hold;
+///   `rules.connect_retries` and `rules.read_retries`; a `policy.classify` (or the deprecated
+///   `policy.retry_if`) replaces which errors are retried, and the limits still hold;
 /// - responses with a status of `rules.status_forcelist` are retried, within
-///   `rules.status_retries`; a `policy.retry_if_result` on `http::response<ResponseBody>`
-///   replaces which are retried, and the limit still holds for the statuses the rules retry (a
-///   response only the policy's filter rejects is not counted, as in `coretry::curl::retry`).
+///   `rules.status_retries`; a `policy.classify` (or the deprecated `policy.retry_if_result`
+///   on `http::response<ResponseBody>`) replaces which are retried, and the limit still holds
+///   for the statuses the rules retry (a response only the policy's classifier rejects is not
+///   counted, as in `coretry::curl::retry`).
 ///   When the attempts run out on such a status, that response is returned;
 /// - a `Retry-After` on a status of `rules.retry_after_status_codes` (429, 503) is the least wait
 ///   before the next attempt (`attempt_context::retry_after`: `policy.max_retry_after` and the

@@ -3,7 +3,9 @@
 /// \file
 /// `retry_policy::classify`: one function from an attempt's outcome to what the loop does with
 /// it. It takes the place of the five predicates of 0.2 (`retry_if`, `pushback_if`,
-/// `throttle_if`, `retry_if_result`, `retry_if_exception`) as the way to decide.
+/// `throttle_if`, `retry_if_result`, `retry_if_exception`) as the way to decide; those are
+/// deprecated, and decide as in 0.2 only while `classify` is empty. A value it rejects fails
+/// with `errc::result_rejected`, an exception it retries with `errc::retryable_exception`.
 
 #include <coretry/export.hpp>
 

@@ -24,8 +24,9 @@ enum class errc {
   attempt_timeout,
   /// The shared retry budget (`retry_policy::budget`) refused a retry.
   budget_exhausted,
-  /// The attempt completed, but the result predicate asked for a retry (for example HTTP 503).
-  /// Seen by `on_retry` hooks; a loop that gives up after such a result returns the result itself.
+  /// The attempt completed, but the policy's `classify` (or the deprecated result predicate)
+  /// rejected its value, asking for a retry (for example HTTP 503). Seen by `on_retry` hooks and
+  /// the observer; a loop that gives up after such a result returns the result itself.
   result_rejected,
   /// The group cancellation token was triggered. Operations complete with
   /// `asio::error::operation_aborted`; this value only appears in `retry_stats::reason`.
@@ -54,8 +55,9 @@ enum class errc {
   /// rejected the attempt locally: the upstream has lately refused much of what this client
   /// sent. Nothing was sent for that attempt.
   throttled_locally,
-  /// An attempt threw an exception that `retry_policy::retry_if_exception` accepts: a failed
-  /// attempt like any other, retried under the policy's limits whatever `retry_if` says. It is
+  /// An attempt threw an exception that the policy's `classify` retries (or the deprecated
+  /// `retry_if_exception` accepts): a failed attempt like any other, retried under the policy's
+  /// limits. It is
   /// the attempt's error for `retry_stats::last_error`, `retry_event`, the observer and the
   /// budget; `retry_stats::exception` holds what was thrown. When the loop gives up and reports
   /// this code (the last attempt threw, see `final_error`), `retry_async` and `hedge_async`

@@ -17,13 +17,14 @@
 /// can serve both): `max_attempts` (attempts in all, the first included), `deadline` (the whole
 /// operation: at the deadline every attempt is cancelled and it fails with
 /// `errc::deadline_exceeded`), `attempt_timeout` (per attempt: a timed-out attempt is a
-/// retryable failure, `errc::attempt_timeout`), `retry_if`, `retry_if_result` and
-/// `retry_if_exception` (which failures are non-fatal; `hedge_async` rethrows a retried
-/// exception the operation ends on, as `retry_async` does), `budget`, `breaker`, `rate_limit`, `throttle_if`, `cancellation`, `report`,
+/// retryable failure, `errc::attempt_timeout`), `classify` (which failures are non-fatal,
+/// push-backs and throttles; or the deprecated 0.2 predicates while it is empty; `hedge_async`
+/// rethrows a retried exception the operation ends on, as `retry_async` does), `budget`,
+/// `breaker`, `rate_limit`, `cancellation`, `report`,
 /// `observer` and `label` (the events of a hedge: observer.hpp).
 /// Not used: `backoff`, `seed` and `on_retry` (see `hedge_options::on_hedge`). A server's hint
 /// (`attempt_context::retry_after`) delays no attempt, since no attempt waits on another, but it
-/// makes that failure a push-back for the breaker, as `pushback_if` does
+/// makes that failure a push-back for the breaker, as `attempt_decision::pushback` does
 /// (`attempt_gate::on_pushback`).
 ///
 /// **Overload controls.** A hedge is a retry for the budget: `budget->on_request` once per

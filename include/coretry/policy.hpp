@@ -173,6 +173,11 @@ template <class Predicate> struct filtered_type<void, Predicate> {
 ///
 /// Hooks and predicates run on the operation's executor and should not throw: one that does
 /// stops the operation at once with `errc::unexpected_exception` (see `retry_async`).
+///
+/// `classify` is the one way to decide what an outcome means. The five 0.2 predicates
+/// (`retry_if`, `pushback_if`, `throttle_if`, `retry_if_exception` and `retry_if_result`) are
+/// deprecated: they still decide as in 0.2 when `classify` is empty, for one minor release.
+CORETRY_ALLOW_DEPRECATED_BEGIN // the implicit members copy the 0.2 predicates without a warning
 struct CORETRY_API retry_policy {
   /// Attempts in total, the first included (1 = never retry). Must be at least 1.
   /// `coretry::unlimited_attempts`: no limit (the deadline, the breaker and the budget decide).
@@ -200,16 +205,22 @@ struct CORETRY_API retry_policy {
   /// follows `report`): retrying sooner than the server asked helps nobody. It is independent
   /// of the backoff's cap: the loop sleeps `max(backoff delay, hint)`. Must be positive.
   nanoseconds max_retry_after = std::chrono::seconds(60);
+  /// Deprecated: use `classify` (`attempt_decision::retry` for `attempt_result::error()`).
   /// Which attempt errors to retry; empty means `default_retry_if`. Cancellation is never retried,
   /// whatever this says.
-  std::function<bool(const std::error_code&)> retry_if{};
+  [[deprecated(
+      "use classify (attempt_decision::retry)")]] std::function<bool(const std::error_code&)>
+      retry_if{};
   /// Which retryable attempt errors are the upstream pushing back (asking the client to slow
   /// down, as an HTTP 429 does) rather than failing: they are retried as any failure, after the
   /// server's hint when it gave one, but the breaker hears `attempt_gate::on_pushback`, which
   /// `circuit_breaker` counts as neither a failure nor a success. An attempt that carries a
   /// `Retry-After` hint (`attempt_context::retry_after`) is a push-back whatever this says;
   /// empty: no other error is. (`coretry::curl::retry` adds HTTP 429.)
-  std::function<bool(const std::error_code&)> pushback_if{};
+  /// Deprecated: use `classify` (`attempt_decision::pushback`).
+  [[deprecated(
+      "use classify (attempt_decision::pushback)")]] std::function<bool(const std::error_code&)>
+      pushback_if{};
   /// Called after each failed attempt that will be retried, with the delay chosen. Runs on the
   /// operation's executor.
   std::function<void(const retry_event&)> on_retry{};
@@ -228,15 +239,20 @@ struct CORETRY_API retry_policy {
   std::shared_ptr<send_rate> rate_limit{};
   /// Which attempt errors tell `rate_limit` to slow down; empty means `default_throttle_if`.
   /// (`coretry::curl::retry` adds HTTP 429 and 503.)
-  std::function<bool(const std::error_code&)> throttle_if{};
+  /// Deprecated: use `classify` (`attempt_decision::throttle`).
+  [[deprecated(
+      "use classify (attempt_decision::throttle)")]] std::function<bool(const std::error_code&)>
+      throttle_if{};
   /// A group token; see `cancellation_source`.
   cancellation_token cancellation{};
   /// Seed for the jitter; see `jitter_seed`.
   jitter_seed seed{};
   /// What a failed operation reports.
   final_error report = final_error::last_error;
-  /// Set by `retry_if_result`.
-  std::shared_ptr<const detail::result_predicate> result_filter{};
+  /// Set by `retry_if_result`. Deprecated: use `classify` (`attempt_result::value<T>()`).
+  [[deprecated(
+      "use classify (attempt_result::value<T>())")]] std::shared_ptr<const detail::result_predicate>
+      result_filter{};
   /// Receives every event of the operations run with this policy (observer.hpp); none by
   /// default, which costs a null check per event. One object for all of them, called
   /// concurrently from the threads that run them.
@@ -255,8 +271,10 @@ struct CORETRY_API retry_policy {
   /// `retry_async` and `hedge_async` rethrow the last exception itself and the token front ends
   /// deliver the code. Empty (the default), or false: the exception is a bug, and the loop stops
   /// at once with `errc::unexpected_exception`, as does a predicate that throws. Runs on the
-  /// operation's executor.
-  std::function<bool(const std::exception_ptr&)> retry_if_exception{};
+  /// operation's executor. Deprecated: use `classify` (`attempt_result::exception()`).
+  [[deprecated(
+      "use classify (attempt_result::exception())")]] std::function<bool(const std::exception_ptr&)>
+      retry_if_exception{};
   /// One function from an attempt's outcome to what the loop does with it (classify.hpp): retry
   /// or not, whether the upstream pushed back, whether the sending rate slows down, and a
   /// server hint read from the outcome. It sees the attempt's error, exception or value
@@ -282,14 +300,19 @@ struct CORETRY_API retry_policy {
   /// why it stopped. `T` is deduced from a predicate with one parameter; name it for a generic
   /// one. An operation whose result is not `T` is refused at the call with
   /// `std::invalid_argument`. Returns a policy (this one plus the predicate), so a table of
-  /// policies holds one type.
-  template <class T = void, class Predicate> retry_policy retry_if_result(Predicate pred) const& {
+  /// policies holds one type. Deprecated: use `classify`, which reads the value with
+  /// `attempt_result::value<T>()` and rejects it with `attempt_decision::retry`.
+  template <class T = void, class Predicate>
+  [[deprecated("use classify (attempt_result::value<T>())")]] retry_policy
+  retry_if_result(Predicate pred) const& {
     retry_policy copy = *this;
     copy.result_filter = make_result_filter<T>(std::move(pred));
     return copy;
   }
-  /// As above, reusing this policy (an rvalue) instead of copying it.
-  template <class T = void, class Predicate> retry_policy retry_if_result(Predicate pred) && {
+  /// As above, reusing this policy (an rvalue) instead of copying it. Deprecated: use `classify`.
+  template <class T = void, class Predicate>
+  [[deprecated("use classify (attempt_result::value<T>())")]] retry_policy
+  retry_if_result(Predicate pred) && {
     result_filter = make_result_filter<T>(std::move(pred));
     return std::move(*this);
   }
@@ -304,6 +327,7 @@ private:
                                  }});
   }
 };
+CORETRY_ALLOW_DEPRECATED_END
 
 namespace detail {
 template <class E, class... Rest> bool thrown_one_of(const std::exception_ptr& e) {
@@ -323,7 +347,9 @@ template <class E, class... Rest> bool thrown_one_of(const std::exception_ptr& e
 /// A `retry_policy::retry_if_exception` predicate that holds for an exception of one of the
 /// types `E...` or of a type derived from one (what `catch (const E&)` catches), as tenacity's
 /// `retry_if_exception_type` does:
-/// `retry_policy p{.retry_if_exception = coretry::retry_on<my_transient_error>()};`
+/// `retry_policy p{.retry_if_exception = coretry::retry_on<my_transient_error>()};`. With
+/// `classify`, which replaces that field, ask it of `attempt_result::exception()`:
+/// `d.retry = r.exception() && coretry::retry_on<my_transient_error>()(r.exception());`
 template <class... E> std::function<bool(const std::exception_ptr&)> retry_on() {
   static_assert(sizeof...(E) > 0, "coretry::retry_on: name at least one exception type");
   return [](const std::exception_ptr& e) -> bool { return e && detail::thrown_one_of<E...>(e); };

@@ -20,12 +20,12 @@
 ///   shape").
 ///
 /// **Exceptions: one rule for every front end.** A `std::system_error` thrown by an attempt is
-/// that attempt's error, like a returned code. An exception the policy's `retry_if_exception`
-/// accepts (`coretry::retry_on<my_transient_error>()`) is a failed attempt with
+/// that attempt's error, like a returned code. An exception the policy's `classify` retries
+/// (`coretry::retry_on<my_transient_error>()` tests for one) is a failed attempt with
 /// `errc::retryable_exception`, retried like any other; when the loop gives up after it,
 /// `retry_async` rethrows that exception and `async_retry` delivers the code, with the exception
 /// in `retry_stats::exception`. Anything else thrown by an attempt, and anything
-/// at all thrown by a predicate (`retry_if`, `retry_if_result`) or a hook (`on_retry`), is a bug
+/// at all thrown by `classify` (or a deprecated predicate) or a hook (`on_retry`), is a bug
 /// rather than a failure worth retrying: the loop stops at once (no further attempt, no sleep),
 /// the operation completes exactly once with `errc::unexpected_exception`, and
 /// `retry_stats::exception` holds what was thrown. `retry_async` rethrows that exception itself;

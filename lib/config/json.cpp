@@ -335,9 +335,15 @@ std::vector<std::error_code> status_codes(const json& v, const std::string& path
   return out;
 }
 
-std::function<bool(const std::error_code&)> retry_on(std::vector<std::error_code> codes) {
-  return [codes = std::move(codes)](const std::error_code& ec) {
-    return std::find(codes.begin(), codes.end(), ec) != codes.end();
+// The policy's `classify` for a list of retryable codes: the attempt errors listed are retried,
+// every other is final; otherwise as `default_classify` (a time-out slows the sending rate,
+// values accepted, exceptions not retried).
+std::function<attempt_decision(const attempt_result&)>
+retry_on(std::vector<std::error_code> codes) {
+  return [codes = std::move(codes)](const attempt_result& r) {
+    attempt_decision d = default_classify(r);
+    d.retry = r.error() && std::find(codes.begin(), codes.end(), r.error()) != codes.end();
+    return d;
   };
 }
 
@@ -416,7 +422,7 @@ void read_retry_policy(const json& v, const std::string& path, const status_look
     return backoff::exponential(std::min(initial, max), multiplier, max)
         .with_jitter(jitter::full());
   });
-  out.policy.retry_if = retry_on(std::move(codes));
+  out.policy.classify = retry_on(std::move(codes));
   out.kind = method_kind::retry;
 }
 
@@ -432,7 +438,7 @@ void read_hedging_policy(const json& v, const std::string& path, const status_lo
   std::vector<std::error_code> codes;
   if (const json* c = f.get("nonFatalStatusCodes"))
     codes = status_codes(*c, f.path("nonFatalStatusCodes"), statuses);
-  out.policy.retry_if = retry_on(std::move(codes)); // none listed: every failure is fatal
+  out.policy.classify = retry_on(std::move(codes)); // none listed: every failure is fatal
   out.kind = method_kind::hedge;
 }
 
@@ -736,7 +742,7 @@ policy_config read_own(const json& doc, const status_lookup& statuses) {
   if (const json* b = f.get("backoff"))
     p.backoff = read_backoff(*b, f.path("backoff"));
   if (const json* r = f.get("retry_on"))
-    p.retry_if = retry_on(status_codes(*r, f.path("retry_on"), statuses));
+    p.classify = retry_on(status_codes(*r, f.path("retry_on"), statuses));
   if (const json* w = f.get("when_open")) {
     const std::string& s = text(*w, f.path("when_open"));
     if (s == "fail")

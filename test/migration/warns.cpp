@@ -8,8 +8,11 @@
 #include <coretry/budget.hpp>
 #include <coretry/hedge.hpp>
 #include <coretry/overload.hpp>
+#include <coretry/policy.hpp>
 
 #include <chrono>
+#include <exception>
+#include <system_error>
 #include <utility>
 
 #ifndef SPELLING
@@ -29,6 +32,15 @@ int main() {
   coretry::hedge_options h2 = h;
   h = std::move(h2);
   h.validate();
+  // retry_policy keeps the five 0.2 predicates: its copies and moves must not warn either, nor
+  // must `classify`, which replaces them.
+  coretry::retry_policy p{.max_attempts = 2};
+  p.classify = coretry::default_classify;
+  coretry::retry_policy p2 = p;
+  coretry::retry_policy p3 = std::move(p2);
+  p2 = p3;
+  p = std::move(p3);
+  p.validate();
   std::chrono::nanoseconds n = coretry::unlimited;
   unsigned attempts = coretry::unlimited_attempts;
 #if SPELLING == 1
@@ -43,7 +55,18 @@ int main() {
   r.buckets = 5; // ratio_budget_options
 #elif SPELLING == 6
   h.max_in_flight = 3; // hedge_options
+#elif SPELLING == 7
+  p2.retry_if = [](const std::error_code&) { return true; }; // retry_policy
+#elif SPELLING == 8
+  p2.pushback_if = [](const std::error_code&) { return true; };
+#elif SPELLING == 9
+  p2.throttle_if = [](const std::error_code&) { return true; };
+#elif SPELLING == 10
+  p2.retry_if_exception = coretry::retry_on<std::exception>();
+#elif SPELLING == 11
+  p2 = p2.retry_if_result([](int v) { return v == 0; });
 #endif
   return static_cast<int>(n.count() == 0) + static_cast<int>(attempts == 0) +
-         static_cast<int>(b.consecutive_failures + r.window_buckets + h.max_copies == 0);
+         static_cast<int>(b.consecutive_failures + r.window_buckets + h.max_copies == 0) +
+         static_cast<int>(p.max_attempts == 0);
 }

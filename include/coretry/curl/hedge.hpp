@@ -73,9 +73,9 @@ CORETRY_CURL_API asio::awaitable<response> hedge_compiled(client& c, request req
 /// succeeded within `options.delay`, the first acceptable response wins and the other transfers
 /// are cancelled (removed from libcurl, their connections closed if unfinished).
 ///
-/// Classification as `coretry::curl::retry`: a transport error `is_retryable` (or
-/// `policy.retry_if`, when set) and a status `is_retryable_status` (408, 429, 500, 502, 503,
-/// 504; or what the policy's `retry_if_result` filter on `response` says, when set) are
+/// Classification as `coretry::curl::retry`: a transport error `is_retryable` and a status
+/// `is_retryable_status` (408, 429, 500, 502, 503, 504), or what the policy's `classify` says
+/// when set (or its deprecated 0.2 predicates, as in 0.2), are
 /// non-fatal and start the next copy at once; any other response, 4xx included, or any
 /// other transport error ends the operation. `Retry-After` is not waited for (no copy waits for
 /// another); with `policy.rate_limit` a 429 or 503 slows the sending rate. When every allowed

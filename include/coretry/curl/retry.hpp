@@ -148,6 +148,13 @@ struct retryable_response {
 // of `url`, which may hold credentials.
 CORETRY_CURL_API std::string endpoint_label(const std::string& url);
 
+// Whether the caller decides through one of the five deprecated 0.2 predicates.
+inline bool uses_deprecated_predicates(const coretry::retry_policy& p) noexcept {
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  return p.retry_if || p.pushback_if || p.throttle_if || p.result_filter || p.retry_if_exception;
+  CORETRY_ALLOW_DEPRECATED_END
+}
+
 inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
                                               const std::shared_ptr<http_retry_state>& st) {
   if (!may_retry(st->req, st->rules))
@@ -166,6 +173,13 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     }
     st->sleep();
   };
+  // Without the caller's own judge, `curl::classify` decides, under the rules' limits below.
+  // Only a caller's 0.2 predicate (deprecated) keeps the 0.2 path further down, where the
+  // rules are wired into its predicates.
+  if (!p.classify && !uses_deprecated_predicates(p))
+    p.classify = [st](const coretry::attempt_result& r) {
+      return coretry::curl::classify(r, st->rules);
+    };
   if (p.classify) {
     // The caller's classifier decides (`curl::classify` is the default one, to extend). The
     // rules' limits per kind of failure hold all the same, counted once per attempt it
@@ -192,6 +206,8 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
     };
     return p;
   }
+  // The 0.2 path, for a caller's deprecated predicates: as in 0.2, for one minor release.
+  CORETRY_ALLOW_DEPRECATED_BEGIN
   // A kind of transport failure past its limit (`retry_rules::connect_retries`, `read_retries`)
   // is final, whatever decides the rest. The kind of the last attempt's error is read with its
   // libcurl account (a timeout while connecting or after sending).
@@ -253,6 +269,7 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
               return rejected;
             }});
   }
+  CORETRY_ALLOW_DEPRECATED_END
   return p;
 }
 
@@ -352,10 +369,11 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 /// Performs `req` on `c`, retrying under `policy` with the HTTP classification of
 /// classify.hpp.
 ///
-/// - Transport errors are retried when `is_retryable(ec)` (or `policy.retry_if`, when set,
-///   says so); responses when `is_retryable_status(status)`, or, when the policy has a
-///   `retry_if_result` filter on `response`, when that filter says so (it replaces the status
-///   classification; a filter on any other type is `std::invalid_argument` at the call). Any
+/// - The policy's `classify` is set to `curl::classify(r, rules)`: transport errors are retried
+///   when `is_retryable(ec)`, responses when `is_retryable_status(status)`. A `policy.classify`
+///   of the caller's replaces it (the limits below still hold); so do the deprecated
+///   `policy.retry_if` and a `retry_if_result` filter on `response`, as in 0.2 (a filter on any
+///   other type is `std::invalid_argument` at the call). Any
 ///   other response, 4xx included, is returned at once. `Retry-After` is read on 429 and 503
 ///   whoever decided to retry them.
 /// - A request that `may_retry` refuses (a POST without `Idempotency-Key`, ...) is sent once.
@@ -365,7 +383,7 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 ///   `retry_dns_failures` (`couldnt_resolve_host` is then retried, as a connect failure),
 ///   `retry_after_status_codes` in place of 429 and 503 for `Retry-After`, and a limit per kind
 ///   of failure (`connect_retries`, `read_retries`, `status_retries`; see `failure_kind_of`): a
-///   transport error of a kind past its limit is final, whatever `policy.retry_if` says, and a
+///   transport error of a kind past its limit is final, whatever `policy.classify` says, and a
 ///   status past `status_retries` is returned as a final answer. `policy.max_attempts` stays
 ///   the limit on all attempts. The defaults are the classification above.
 /// - On 429 and 503 a valid `Retry-After` asks the loop for at least that delay; the loop

@@ -92,6 +92,7 @@ void take_exception(Out& out, std::exception_ptr e, kept_codes keep = kept_codes
   }
 }
 
+CORETRY_ALLOW_DEPRECATED_BEGIN // the 0.2 predicates decide when `classify` is empty
 /// Step 2's first half: an exception kept in `out.exception` that
 /// `retry_policy::retry_if_exception` accepts makes the attempt a failure with
 /// `errc::retryable_exception`, and is returned (the loop keeps it for `retry_stats::exception`
@@ -146,6 +147,7 @@ template <class Out> std::exception_ptr judge_attempt(const retry_policy& p, Out
   judge_result(p, out);
   return retried;
 }
+CORETRY_ALLOW_DEPRECATED_END
 
 /// Step 3: an exception still kept in `out` ends what threw it as a bug,
 /// `errc::unexpected_exception` (the exception stays, for `retry_stats::exception` and the

@@ -104,6 +104,7 @@ std::optional<attempt_decision> judge_outcome(const retry_policy& p, Out& out, u
   return d;
 }
 
+CORETRY_ALLOW_DEPRECATED_BEGIN // the 0.2 result filter, checked at the call
 /// Refuses, at the call, a result predicate written for another type than the operation's.
 template <class T> void check_result_filter(const retry_policy& p) {
   if (p.result_filter && (std::is_void_v<T> || *p.result_filter->type != typeid(stored_t<T>)))
@@ -111,6 +112,7 @@ template <class T> void check_result_filter(const retry_policy& p) {
                                 p.result_filter->type->name() + ", but the operation returns " +
                                 (std::is_void_v<T> ? "void" : typeid(stored_t<T>).name()));
 }
+CORETRY_ALLOW_DEPRECATED_END
 
 /// Whether an operation needs the controlled path (a strand, and a state shared with the
 /// handlers that cancel it): something may cancel it from outside, or its attempts are timed.

@@ -191,6 +191,7 @@ public:
     return {{}, {}, wait};
   }
 
+  CORETRY_ALLOW_DEPRECATED_BEGIN // the 0.2 predicates decide when `classify` is empty
   /// Whether the policy would retry after `ec` (cancellation never): as `said` (the policy's
   /// `classify`) decided, or else as `retry_if` says.
   bool retryable(const std::error_code& ec, const attempt_decision* said = nullptr) const {
@@ -247,6 +248,7 @@ public:
       return {attempt_kind::abandoned, false, false, health::ignored};
     }
   }
+  CORETRY_ALLOW_DEPRECATED_END
 
   /// Tells every listener the verdict `c`, once: the breaker (settling `grant`), the sending
   /// rate (nothing for an abandoned attempt), the budget (a success, or a failed attempt of any

@@ -19,7 +19,8 @@ int main() {
       statuses);
   const coretry::retry_policy policy = config.policy_for("s", "m");
   if (policy.max_attempts != 5 ||
-      !policy.retry_if(make_error_code(std::errc::connection_refused)) ||
+      !policy.classify(coretry::attempt_result(1, make_error_code(std::errc::connection_refused)))
+           .retry ||
       policy.budget != config.throttling) {
     std::fputs("unexpected policy\n", stderr);
     return 1;
