@@ -54,9 +54,9 @@ private:
 /// to them with its end (`attempt_finished_event::attributes`): at most `capacity` attributes,
 /// stored inline (no allocation, ever), in the order their keys were first set.
 ///
-/// The core reads none of them; they are for observers. The HTTP adapters (`coretry::curl`,
-/// `coretry::beast`) set `coretry::http::attribute::request_method` and, when a response came,
-/// `response_status_code`, from which `prometheus_observer` builds its HTTP metric.
+/// For observers: the loop and the hedge only carry them (and fill 0.2's event fields from two).
+/// `coretry::curl` and `coretry::beast` set `coretry::http::attribute::request_method` and, when
+/// a response came, `response_status_code`; `prometheus_observer` builds its HTTP metric on them.
 ///
 /// **Rules.** Setting a key that is already there replaces its value, type included: the last
 /// write wins. Setting a new key when `capacity` attributes are there, or an empty key, changes
