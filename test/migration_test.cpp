@@ -3,9 +3,12 @@
 // compiled with -Wno-error=deprecated-declarations: each use below warns, by design
 // (test/migration/warns.cpp checks that each one does).
 
+#include <coretry/attempt.hpp>
 #include <coretry/breaker.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/hedge.hpp>
+#include <coretry/http.hpp>
+#include <coretry/observer.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/rate_limit.hpp>
 #include <coretry/retry.hpp>
@@ -381,4 +384,64 @@ TEST_CASE("a hedge with 0.2's max_in_flight = 3 runs three copies at once (the d
   CHECK(r.completions == 1);
   CHECK(stats.peak_in_flight == 3);
   CHECK(stats.attempts == 4);
+}
+
+TEST_CASE("0.2's attempt_context::http, http_method and http_status are the HTTP attributes") {
+  namespace attr = coretry::http::attribute;
+  coretry::attempt_context ctx(1);
+  CHECK(ctx.http_method().empty());
+  CHECK(ctx.http_status() == 0);
+  ctx.http("GET", 503);
+  REQUIRE(ctx.attributes().find(attr::request_method) != nullptr);
+  CHECK(ctx.attributes().find(attr::request_method)->text() == "GET");
+  REQUIRE(ctx.attributes().find(attr::response_status_code) != nullptr);
+  CHECK(ctx.attributes().find(attr::response_status_code)->integer() == 503);
+  CHECK(ctx.http_method() == "GET");
+  CHECK(ctx.http_status() == 503);
+  // The other way: the new setters, read by the old getters; the last write wins.
+  ctx.set_attribute(attr::request_method, "PUT");
+  ctx.set_attribute(attr::response_status_code, 200);
+  CHECK(ctx.http_method() == "PUT");
+  CHECK(ctx.http_status() == 200);
+  ctx.http("HEAD", 0); // 0.2's "no response"
+  CHECK(ctx.http_status() == 0);
+  CHECK(ctx.attributes().size() == 2);
+}
+
+TEST_CASE("0.2's attempt_finished_event::http_status and http_method are filled from the "
+          "attributes") {
+  struct reader : coretry::retry_observer {
+    std::vector<std::string> lines;
+    void on_attempt_finished(const coretry::attempt_finished_event& e) override {
+      lines.push_back(std::string(e.http_method) + " " + std::to_string(e.http_status));
+    }
+  };
+  coretry::testing::manual_clock::reset();
+  asio::io_context io;
+  auto log = std::make_shared<reader>();
+  int calls = 0;
+  int completions = 0;
+  coretry::async_retry<coretry::testing::manual_timer>(
+      io.get_executor(),
+      [&](coretry::attempt_context& ctx) -> asio::awaitable<std::tuple<std::error_code, int>> {
+        if (++calls == 1) {
+          ctx.http("GET", 503); // 0.2
+          co_return std::tuple{make_error_code(std::errc::connection_refused), 0};
+        }
+        ctx.set_attribute(coretry::http::attribute::request_method, "POST"); // new
+        ctx.set_attribute(coretry::http::attribute::response_status_code, 201);
+        co_return std::tuple{std::error_code{}, 1};
+      },
+      coretry::retry_policy{.max_attempts = 2, .observer = log},
+      [&](std::error_code, int) { ++completions; });
+  coretry::testing::drive(io, [&] { return completions > 0; });
+  REQUIRE(completions == 1);
+  CHECK(log->lines == std::vector<std::string>{"GET 503", "POST 201"});
+  // A 0.2 observer that copies the event keeps the fields.
+  coretry::attempt_finished_event e;
+  e.http_status = 404;
+  e.http_method = "GET";
+  const coretry::attempt_finished_event copy = e;
+  CHECK(copy.http_status == 404);
+  CHECK(copy.http_method == "GET");
 }

@@ -5,6 +5,7 @@
 
 #include <coretry/breaker.hpp>
 #include <coretry/hedge.hpp>
+#include <coretry/http.hpp>
 #include <coretry/prometheus.hpp>
 #include <coretry/registry.hpp>
 #include <coretry/retry.hpp>
@@ -134,11 +135,13 @@ TEST_CASE("a Prometheus server scraping the exposer sees exactly what the operat
       io.get_executor(),
       [&](coretry::attempt_context& ctx) -> asio::awaitable<std::tuple<std::error_code, int>> {
         if (++calls == 1) {
-          ctx.http("GET", 503);
+          ctx.set_attribute(coretry::http::attribute::request_method, "GET");
+          ctx.set_attribute(coretry::http::attribute::response_status_code, 503);
           ctx.retry_after(1s);
           co_return std::tuple{make_error_code(coretry::errc::result_rejected), 0};
         }
-        ctx.http("GET", 200);
+        ctx.set_attribute(coretry::http::attribute::request_method, "GET");
+        ctx.set_attribute(coretry::http::attribute::response_status_code, 200);
         co_return std::tuple{std::error_code{}, 1};
       },
       fixed(3, obs, "http://127.0.0.1:8080"), [&](std::error_code, int) { ++done; });
@@ -222,7 +225,7 @@ TEST_CASE("error_type of an HTTP attempt is a low-cardinality identifier, not a 
   e.duration = 5ms;
   e.error = std::make_error_code(std::errc::connection_refused);
   e.outcome = coretry::attempt_outcome::failure;
-  e.http_method = "GET";
+  e.attributes.set(coretry::http::attribute::request_method, "GET");
   obs.on_attempt_finished(e);
   std::string type;
   for (const auto& family : registry->Collect())
@@ -243,8 +246,8 @@ TEST_CASE("http_request_method is a known method or _OTHER") {
     coretry::attempt_finished_event e;
     e.label = "http://127.0.0.1:8080";
     e.attempt = 1;
-    e.http_method = method;
-    e.http_status = 200;
+    e.attributes.set(coretry::http::attribute::request_method, method);
+    e.attributes.set(coretry::http::attribute::response_status_code, 200);
     obs.on_attempt_finished(e);
   }
   std::vector<std::string> methods;
@@ -334,8 +337,8 @@ void one_http_operation(coretry::prometheus_observer& obs, std::string_view labe
   coretry::attempt_finished_event a;
   a.label = label;
   a.attempt = 1;
-  a.http_method = "GET";
-  a.http_status = status;
+  a.attributes.set(coretry::http::attribute::request_method, "GET");
+  a.attributes.set(coretry::http::attribute::response_status_code, status);
   obs.on_attempt_finished(a);
   obs.on_operation_finished({.label = label, .attempts = 1});
 }
@@ -451,8 +454,8 @@ coretry::attempt_finished_event http_attempt(std::string_view label, int status)
   coretry::attempt_finished_event a;
   a.label = label;
   a.attempt = 1;
-  a.http_method = "GET";
-  a.http_status = status;
+  a.attributes.set(coretry::http::attribute::request_method, "GET");
+  a.attributes.set(coretry::http::attribute::response_status_code, status);
   a.outcome = status < 500 ? coretry::attempt_outcome::success : coretry::attempt_outcome::failure;
   if (status >= 500)
     a.error = coretry::errc::result_rejected;

@@ -374,7 +374,9 @@ template <class RequestBody, class Fields> struct retry_state {
   endpoint where;
   http::request<RequestBody, Fields> req;
   coretry::http::retry_rules rules;
-  std::string method; ///< for `attempt_context::http`, which keeps a view
+  /// The request's method, for the attempt attribute `http::attribute::request_method`, a view
+  /// that must outlive each attempt's end: this state does.
+  std::string method;
   coretry::http::failure_counts counts{};
   unsigned last_status = 0; ///< the last attempt's status, 0 after a transport error
 
@@ -411,7 +413,10 @@ template <class ResponseBody, class RequestBody, class Fields> struct http_attem
           }
           st->last_status = ec ? 0u : r.result_int();
           st->record(ec);
-          ctx->http(st->method, static_cast<int>(st->last_status));
+          ctx->set_attribute(coretry::http::attribute::request_method, st->method);
+          if (!ec)
+            ctx->set_attribute(coretry::http::attribute::response_status_code,
+                               std::int64_t{st->last_status});
           // The status, for a breaker's health classification, as coretry::curl sets it: a
           // rejected response reaches the loop as `result_rejected`, which says neither 503 (a
           // failure) nor 404 (the request's fault) nor 429 (a push-back) nor "202 pending" (an

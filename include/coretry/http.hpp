@@ -173,6 +173,18 @@ inline std::error_code make_status_error(long status) noexcept {
   return {static_cast<int>(status), status_category()};
 }
 
+/// The keys of the attempt attributes (`attempt_context::set_attribute`) an HTTP attempt sets,
+/// named as OpenTelemetry's HTTP semantic conventions name them. `coretry::curl` and
+/// `coretry::beast` set both; an attempt of your own over another client sets them the same way,
+/// and `prometheus_observer` counts it in `http_client_request_duration_seconds`.
+namespace attribute {
+/// The request's method, a text (`"GET"`), set on every attempt that sent a request.
+inline constexpr std::string_view request_method = "http.request.method";
+/// The response's status, an integer (`503`), set only when a response came (none after a
+/// transport error).
+inline constexpr std::string_view response_status_code = "http.response.status_code";
+} // namespace attribute
+
 /// The longest wait `parse_retry_after` reports (2^31 - 1 s, about 68 years): larger values
 /// saturate here, so the result always converts to `std::chrono::nanoseconds` without overflow.
 inline constexpr std::chrono::seconds max_retry_after{INT32_MAX};

@@ -47,6 +47,7 @@
 /// **Cost.** Unset (the default), each event costs a null check; set, the loop also reads its
 /// clock once per attempt and at the end (see bench/retry_bench.cpp for the figures).
 
+#include <coretry/attempt.hpp>
 #include <coretry/breaker.hpp>
 #include <coretry/export.hpp>
 
@@ -92,6 +93,13 @@ struct attempt_started_event {
 };
 
 /// An attempt returned.
+///
+/// 0.2's `http_status` and `http_method` keep their places, deprecated, so that a 0.2
+/// positional initializer keeps its meaning; the library fills them from `attributes`
+/// (`detail::attempt_finished`) and reads neither. Copies and moves do not warn; under g++ a
+/// braced initializer that leaves them out does (a g++ quirk with deprecated members of class
+/// type): build an event field by field, as a test does, or name them.
+CORETRY_ALLOW_DEPRECATED_BEGIN // the implicit members copy the 0.2 fields without a warning
 struct attempt_finished_event {
   std::string_view label;  ///< `retry_policy::label`
   unsigned attempt = 0;    ///< from 1
@@ -100,11 +108,40 @@ struct attempt_finished_event {
   /// say); `errc::attempt_timeout` or `errc::deadline_exceeded` when the loop cut it.
   std::error_code error{};
   attempt_outcome outcome = attempt_outcome::success; ///< the loop's verdict on it
-  /// What the attempt told its `attempt_context` (`coretry::curl` fills them in): the HTTP
-  /// status of its response (0: none, as after a transport error) and its request method.
-  int http_status = 0;            ///< the HTTP status, 0 when there is none
-  std::string_view http_method{}; ///< the HTTP method, empty when there is none
+  /// 0.2: the integer attribute "http.response.status_code", or 0.
+  [[deprecated("use attributes.find(http::attribute::response_status_code)")]] int http_status = 0;
+  /// 0.2: the text attribute "http.request.method", or empty.
+  [[deprecated(
+      "use attributes.find(http::attribute::request_method)")]] std::string_view http_method{};
+  /// What the attempt told its `attempt_context` (`attempt_context::set_attribute`), copied:
+  /// keys of static storage, text values valid during this call (`attempt_attributes`,
+  /// "Lifetimes"). `coretry::curl` and `coretry::beast` set the HTTP method and status under
+  /// the names of `coretry::http::attribute`. Empty for an attempt refused before it was sent.
+  attempt_attributes attributes{};
 };
+CORETRY_ALLOW_DEPRECATED_END
+
+namespace detail {
+/// The event of an attempt that returned with `attributes`: the library's one writer of the
+/// 0.2 fields, which it fills from them.
+inline attempt_finished_event attempt_finished(std::string_view label, unsigned attempt,
+                                               nanoseconds duration, std::error_code error,
+                                               attempt_outcome outcome,
+                                               const attempt_attributes& attributes) noexcept {
+  const attempt_attribute* status = attributes.find("http.response.status_code");
+  const attempt_attribute* method = attributes.find("http.request.method");
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  return attempt_finished_event{label,
+                                attempt,
+                                duration,
+                                error,
+                                outcome,
+                                status ? static_cast<int>(status->integer()) : 0,
+                                method ? method->text() : std::string_view(),
+                                attributes};
+  CORETRY_ALLOW_DEPRECATED_END
+}
+} // namespace detail
 
 /// A failed attempt will be retried after `delay` (the sleep starts now).
 struct retry_scheduled_event {

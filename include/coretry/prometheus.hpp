@@ -26,6 +26,14 @@
 /// | `coretry_breaker_transitions_total` | counter | `operation`, `from`, `to` | breaker changes of state (`observe_breaker`) |
 /// | `coretry_breaker_state` | gauge | `operation`, `state` | 1 for the state a breaker is in, 0 for the others |
 ///
+/// **HTTP.** The core knows no HTTP: an attempt carries attributes (`attempt_context::
+/// set_attribute`). An attempt is counted in `http_client_request_duration_seconds` when it has
+/// the text attribute `coretry::http::attribute::request_method`; its integer attribute
+/// `response_status_code` (absent: no response) gives `http_response_status_code` and the
+/// status part of `error_type`. `coretry::curl` and `coretry::beast` set both, and so may an
+/// attempt of your own. That histogram is the one part of the exporter that reads attributes;
+/// every other metric is about retries, whatever the attempt does.
+///
 /// `operation` is `retry_policy::label` (`coretry::curl` sets it to `scheme://host:port`, the
 /// origin libcurl connects to, or `_INVALID` for a URL without one); for the HTTP metric it
 /// is split into `url_scheme`, `server_address` and `server_port`. `http_response_status_code`

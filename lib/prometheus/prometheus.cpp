@@ -16,6 +16,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common.hpp"
+#include "http_metric.hpp"
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -23,19 +25,9 @@
 #include <prometheus/registry.h>
 
 namespace coretry {
-namespace {
 
-using labels = std::map<std::string, std::string>;
-
-double seconds(nanoseconds d) {
-  return std::chrono::duration<double>(d).count();
-}
-
-const char* kind_name(operation_kind k) {
-  return k == operation_kind::hedge ? "hedge" : "retry";
-}
-
-const char* errc_name(errc e) {
+namespace detail::prom {
+const char* errc_name(errc e) noexcept {
   switch (e) {
   case errc::attempts_exhausted:
     return "attempts_exhausted";
@@ -67,64 +59,6 @@ const char* errc_name(errc e) {
   return "unknown";
 }
 
-/// `coretry_operations_total{reason}`: a small, fixed set of values.
-std::string reason_name(const std::error_code& ec) {
-  if (!ec)
-    return "success";
-  if (ec.category() == retry_category())
-    return errc_name(static_cast<errc>(ec.value()));
-  if (ec == std::errc::operation_canceled)
-    return "aborted";
-  return "not_retried";
-}
-
-/// The OpenTelemetry `http.request.method`: a known method as it is, any other `_OTHER` (one
-/// series per method a server may see, not one per string a caller may send).
-std::string method_name(std::string_view m) {
-  for (const std::string_view known :
-       {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"})
-    if (m == known)
-      return std::string(m);
-  return "_OTHER";
-}
-
-/// What the labels past `prometheus_options::max_operations`, and the status codes not known,
-/// are counted as (the spelling OpenTelemetry uses for values it folds, as in
-/// `http_request_method`).
-constexpr std::string_view other = "_OTHER";
-
-/// The `http_response_status_code` of a status: a code IANA's HTTP Status Code Registry assigns
-/// (RFC 9110 and its extensions; 418 too) as its number, any other `_OTHER`. libcurl hands on
-/// whatever three digits a server sends (100 to 999): unbounded, the server would decide how
-/// many series the histogram has (13,600 for 800 statuses).
-std::string status_name(int status) {
-  static constexpr int known[] = {100, 101, 102, 103, 200, 201, 202, 203, 204, 205, 206, 207, 208,
-                                  226, 300, 301, 302, 303, 304, 305, 307, 308, 400, 401, 402, 403,
-                                  404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416,
-                                  417, 418, 421, 422, 423, 424, 425, 426, 428, 429, 431, 451, 500,
-                                  501, 502, 503, 504, 505, 506, 507, 508, 510, 511};
-  if (std::binary_search(std::begin(known), std::end(known), status))
-    return std::to_string(status);
-  return std::string(other);
-}
-
-/// The OpenTelemetry `error.type` of an HTTP attempt.
-std::string error_type(const attempt_finished_event& e) {
-  if (e.http_status >= 400)
-    return status_name(e.http_status);
-  if (!e.error)
-    return {};
-  if (e.error.category() == retry_category())
-    return errc_name(static_cast<errc>(e.error.value()));
-  // A stable identifier, not the message (which is free text and may be localised): one series
-  // per category and value.
-  return std::string(e.error.category().name()) + ":" + std::to_string(e.error.value());
-}
-
-/// `scheme://host:port` (`coretry::curl`'s labels) into its parts; anything else is all host.
-struct endpoint {
-  std::string scheme, address, port;
-};
 endpoint split(std::string_view label) {
   endpoint ep;
   if (const auto sep = label.find("://"); sep != std::string_view::npos) {
@@ -143,30 +77,40 @@ endpoint split(std::string_view label) {
   return ep;
 }
 
+} // namespace detail::prom
+
+namespace {
+
+using detail::prom::errc_name;
+using detail::prom::labels;
+using detail::prom::other;
+using detail::prom::remove_series;
+
+double seconds(nanoseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+const char* kind_name(operation_kind k) {
+  return k == operation_kind::hedge ? "hedge" : "retry";
+}
+
+/// `coretry_operations_total{reason}`: a small, fixed set of values.
+std::string reason_name(const std::error_code& ec) {
+  if (!ec)
+    return "success";
+  if (ec.category() == retry_category())
+    return errc_name(static_cast<errc>(ec.value()));
+  if (ec == std::errc::operation_canceled)
+    return "aborted";
+  return "not_retried";
+}
+
 struct name_hash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const noexcept {
     return std::hash<std::string_view>{}(s);
   }
 };
-
-/// Removes from `family` every series whose labels `match`; `args` are what `Add` needs to
-/// build one (`Add` of labels that exist returns the series, which `Remove` takes).
-template <typename T, typename Match, typename... Args>
-std::size_t remove_series(prometheus::Family<T>& family, const Match& match, const Args&... args) {
-  std::size_t n = 0;
-  for (const auto& collected : family.Collect())
-    for (const auto& metric : collected.metric) {
-      labels l;
-      for (const auto& pair : metric.label)
-        l.emplace(pair.name, pair.value);
-      if (match(l)) {
-        family.Remove(&family.Add(l, args...));
-        ++n;
-      }
-    }
-  return n;
-}
 
 void check_buckets(const std::vector<double>& b, const char* field) {
   if (b.empty() || !std::is_sorted(b.begin(), b.end()) ||
@@ -183,12 +127,7 @@ void check_buckets(const std::vector<double>& b, const char* field) {
 
 struct prometheus_observer::impl {
   impl(std::shared_ptr<prometheus::Registry> r, prometheus_options o)
-      : registry(std::move(r)), options(std::move(o)),
-        http_duration(prometheus::BuildHistogram()
-                          .Name("http_client_request_duration_seconds")
-                          .Help("Duration of HTTP client requests (each attempt), "
-                                "OpenTelemetry http.client.request.duration")
-                          .Register(*registry)),
+      : registry(std::move(r)), options(std::move(o)), http(*registry, options.duration_buckets),
         resends(prometheus::BuildHistogram()
                     .Name("coretry_resend_count")
                     .Help("Resends per operation (attempts - 1), as OpenTelemetry's "
@@ -245,7 +184,8 @@ struct prometheus_observer::impl {
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus_options options;
-  prometheus::Family<prometheus::Histogram>& http_duration;
+  /// The HTTP metric: the exporter's one part that reads attributes (http_metric.hpp).
+  detail::prom::http_metric http;
   prometheus::Family<prometheus::Histogram>& resends;
   prometheus::Family<prometheus::Counter>& operations;
   prometheus::Family<prometheus::Histogram>& operation_duration;
@@ -389,18 +329,7 @@ void prometheus_observer::on_attempt_finished(const attempt_finished_event& e) {
   impl_->attempt_duration
       .Add({{"operation", op}, {"outcome", outcome}}, impl_->options.duration_buckets)
       .Observe(seconds(e.duration));
-  if (e.http_method.empty())
-    return;
-  endpoint ep = op == other ? endpoint{{}, std::string(other), {}} : split(op);
-  impl_->http_duration
-      .Add({{"http_request_method", method_name(e.http_method)},
-            {"http_response_status_code", e.http_status ? status_name(e.http_status) : ""},
-            {"error_type", error_type(e)},
-            {"server_address", std::move(ep.address)},
-            {"server_port", std::move(ep.port)},
-            {"url_scheme", std::move(ep.scheme)}},
-           impl_->options.duration_buckets)
-      .Observe(seconds(e.duration));
+  impl_->http.record(e, op);
 }
 
 void prometheus_observer::on_retry_scheduled(const retry_scheduled_event& e) {
@@ -474,20 +403,10 @@ std::size_t prometheus_observer::forget(std::string_view label) {
     const auto it = l.find("operation");
     return it != l.end() && it->second == label;
   };
-  const endpoint ep = label == other ? endpoint{{}, std::string(other), {}} : split(label);
-  const auto of_endpoint = [&ep](const labels& l) {
-    const auto at = [&l](const char* k) {
-      const auto it = l.find(k);
-      return it == l.end() ? std::string() : it->second;
-    };
-    return at("server_address") == ep.address && at("server_port") == ep.port &&
-           at("url_scheme") == ep.scheme;
-  };
   impl& m = *impl_;
   const auto& d = m.options.duration_buckets;
   const std::size_t removed =
-      remove_series(m.http_duration, of_endpoint, d) +
-      remove_series(m.resends, of_op, m.options.resend_buckets) +
+      m.http.forget(label) + remove_series(m.resends, of_op, m.options.resend_buckets) +
       remove_series(m.operations, of_op) + remove_series(m.operation_duration, of_op, d) +
       remove_series(m.in_flight, of_op) + remove_series(m.attempts, of_op) +
       remove_series(m.attempt_duration, of_op, d) + remove_series(m.retries, of_op) +

@@ -3,6 +3,7 @@
 
 #include <coretry/attempt.hpp>
 #include <coretry/error.hpp>
+#include <coretry/http.hpp>
 #include <coretry/random.hpp>
 #include <coretry/retry.hpp>
 
@@ -455,7 +456,9 @@ asio::awaitable<void> swarm::client_loop(unsigned index) {
       context.retry_after(std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(answer.retry_after_s * config_.time_scale)));
     ++counters_.statuses[status];
-    context.http("GET", static_cast<int>(status)); // for the observer's HTTP metrics
+    // For the observer's HTTP metric.
+    context.set_attribute(coretry::http::attribute::request_method, "GET");
+    context.set_attribute(coretry::http::attribute::response_status_code, status);
     if (status < 200 || status > 299) {
       const std::error_code ec(static_cast<int>(status), http_status_category());
       note_failure(ec);

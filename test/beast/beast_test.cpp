@@ -333,8 +333,10 @@ struct attempt_log : coretry::retry_observer {
   std::vector<int> statuses;
   void on_attempt_finished(const coretry::attempt_finished_event& e) override {
     labels.emplace_back(e.label);
-    methods.emplace_back(e.http_method);
-    statuses.push_back(e.http_status);
+    const auto* method = e.attributes.find(coretry::http::attribute::request_method);
+    const auto* status = e.attributes.find(coretry::http::attribute::response_status_code);
+    methods.emplace_back(method ? method->text() : "");
+    statuses.push_back(status ? static_cast<int>(status->integer()) : 0);
   }
 };
 } // namespace

@@ -691,8 +691,11 @@ TEST_CASE("an observer sees each HTTP attempt's method and status, labelled sche
   struct recorder : coretry::retry_observer {
     std::vector<std::string> lines;
     void on_attempt_finished(const coretry::attempt_finished_event& e) override {
-      lines.push_back(std::string(e.label) + " " + std::string(e.http_method) + " " +
-                      std::to_string(e.http_status) + " " + coretry::to_string(e.outcome));
+      const auto* method = e.attributes.find(coretry::http::attribute::request_method);
+      const auto* status = e.attributes.find(coretry::http::attribute::response_status_code);
+      lines.push_back(std::string(e.label) + " " + std::string(method ? method->text() : "") + " " +
+                      std::to_string(status ? status->integer() : 0) + " " +
+                      coretry::to_string(e.outcome));
     }
     void on_retry_scheduled(const coretry::retry_scheduled_event& e) override {
       lines.push_back("retry " + std::to_string(e.attempt) + " hint " +

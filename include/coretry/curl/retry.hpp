@@ -16,6 +16,7 @@
 #include <coretry/retry.hpp>
 
 #include <concepts>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -117,7 +118,12 @@ inline auto make_http_attempt(std::shared_ptr<http_retry_state> st) {
         auto [ec, r] = co_await async_perform_on(std::move(impl), st->executor, std::move(req),
                                                  coretry::detail::as_tuple(asio::use_awaitable));
         st->last_error = ec;
-        ctx.http(st->req.method, ec ? 0 : static_cast<int>(r.status));
+        // Attributes for the observers (the HTTP metric): views of the state, which outlives
+        // the attempt's end.
+        ctx.set_attribute(coretry::http::attribute::request_method, st->req.method);
+        if (!ec)
+          ctx.set_attribute(coretry::http::attribute::response_status_code,
+                            static_cast<std::int64_t>(r.status));
         if (ec) {
           st->last_detail = std::move(r.error_detail);
           // Counted here, once per attempt; the policy's retry_if reads the counts.

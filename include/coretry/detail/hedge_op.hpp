@@ -76,10 +76,9 @@ template <class T> struct hedge_outcome {
   std::error_code error;
   std::optional<stored_t<T>> value;
   std::exception_ptr exception;
-  int http_status = 0; ///< what the attempt told its context, for the observer
-  std::string_view http_method{};
-  nanoseconds retry_after{};     ///< the server's hint: it makes a failure a push-back
-  std::error_code health_code{}; ///< `attempt_context::health_code`, for the breaker
+  attempt_attributes attributes{}; ///< what the attempt told its context, for the observer
+  nanoseconds retry_after{};       ///< the server's hint: it makes a failure a push-back
+  std::error_code health_code{};   ///< `attempt_context::health_code`, for the breaker
 };
 
 /// `to = std::move(from)` for a value that may be move-constructible only.
@@ -307,10 +306,9 @@ public:
     sched_->report(verdict_of, sl.grant, now);
     if (hears(observer_interest::attempt_finished))
       emit(*policy_.observer,
-           attempt_finished_event{
-               policy_.label, sl.number, now - sl.started,
-               out.exception ? std::error_code(errc::unexpected_exception) : out.error,
-               static_cast<attempt_outcome>(verdict_of.kind), out.http_status, out.http_method});
+           attempt_finished(policy_.label, sl.number, now - sl.started,
+                            out.exception ? std::error_code(errc::unexpected_exception) : out.error,
+                            static_cast<attempt_outcome>(verdict_of.kind), out.attributes));
     if (abandoned) {
       if (stats_)
         ++stats_->abandoned;
@@ -515,13 +513,9 @@ private:
       if (stats_)
         ++stats_->abandoned; // as the observer hears it
       if (hears(observer_interest::attempt_finished))
-        emit(*policy_.observer, attempt_finished_event{policy_.label,
-                                                       sl.number,
-                                                       nanoseconds{0},
-                                                       aborted_error(),
-                                                       attempt_outcome::abandoned,
-                                                       0,
-                                                       {}});
+        emit(*policy_.observer,
+             attempt_finished(policy_.label, sl.number, nanoseconds{0}, aborted_error(),
+                              attempt_outcome::abandoned, attempt_attributes{}));
       finish_abort();
       return false;
     }
@@ -882,8 +876,7 @@ private:
     } catch (...) {
       take_current_exception(out);
     }
-    out.http_status = ctx.http_status();
-    out.http_method = ctx.http_method();
+    out.attributes = ctx.attributes();
     out.retry_after = ctx.retry_after();
     out.health_code = ctx.health_code();
     // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn

@@ -316,11 +316,10 @@ public:
       sched_.report(verdict_of, grant_, read_clock<Clock>(clocked_));
     if (hears(observer_interest::attempt_finished))
       emit(*policy_.observer,
-           attempt_finished_event{
+           attempt_finished(
                policy_.label, sched_.attempts(), read_clock<Clock>(clocked_) - attempt_start_,
                result_.exception ? std::error_code(errc::unexpected_exception) : result_.error,
-               static_cast<attempt_outcome>(verdict_of.kind), ctx_.http_status(),
-               ctx_.http_method()});
+               static_cast<attempt_outcome>(verdict_of.kind), ctx_.attributes()));
     if (result_.exception) {
       exit::thrown(result_, stats_, std::move(result_.exception));
       return next_step::done;
