@@ -270,8 +270,9 @@ struct CORETRY_API retry_policy {
   /// exception in `retry_stats::exception`. When the loop then gives up and reports that code,
   /// `retry_async` and `hedge_async` rethrow the last exception itself and the token front ends
   /// deliver the code. Empty (the default), or false: the exception is a bug, and the loop stops
-  /// at once with `errc::unexpected_exception`, as does a predicate that throws. Runs on the
-  /// operation's executor. Deprecated: use `classify` (`attempt_result::exception()`).
+  /// at once with `errc::unexpected_exception`, as does a predicate that throws. Not asked about
+  /// an attempt a cancellation abandoned (what it threw is dropped), as `classify` is not. Runs
+  /// on the operation's executor. Deprecated: use `classify` (`attempt_result::exception()`).
   [[deprecated(
       "use classify (attempt_result::exception())")]] std::function<bool(const std::exception_ptr&)>
       retry_if_exception{};
