@@ -5,10 +5,13 @@
 /// `attempt_attributes`, what it tells the observers about itself.
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 
 namespace coretry {
 
@@ -88,6 +91,12 @@ public:
   void set(std::string_view key, std::string_view value) noexcept {
     put(attempt_attribute(key, value));
   }
+  /// Refused: a temporary string would be gone before an observer reads the view
+  /// (`set(key, std::to_string(n))`). Keep the text where it outlives the attempt's event.
+  template <class S>
+  requires(!std::is_lvalue_reference_v<S> &&
+           std::same_as<std::remove_cv_t<S>, std::string>) void set(std::string_view key,
+                                                                    S&& value) = delete;
 
   /// The attribute with `key`, or null.
   const attempt_attribute* find(std::string_view key) const noexcept {
@@ -166,6 +175,12 @@ public:
   void set_attribute(std::string_view key, std::string_view value) noexcept {
     attributes_.set(key, value);
   }
+  /// Refused: a temporary string would be gone before an observer reads the view
+  /// (`set_attribute(key, std::to_string(n))`). Keep the text where it outlives the event.
+  template <class S>
+  requires(!std::is_lvalue_reference_v<S> &&
+           std::same_as<std::remove_cv_t<S>, std::string>) void set_attribute(std::string_view key,
+                                                                              S&& value) = delete;
   /// The attributes set so far.
   const attempt_attributes& attributes() const noexcept { return attributes_; }
 
