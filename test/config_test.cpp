@@ -38,12 +38,6 @@ std::error_code grpc(int code) {
 }
 const std::error_code unavailable = grpc(14);
 const std::error_code internal = grpc(13);
-
-// Whether the loaded policy's classifier retries an attempt that failed with `ec` (the loader
-// sets `classify`, never a 0.2 predicate).
-bool retries(const coretry::retry_policy& p, const std::error_code& ec) {
-  return p.classify(coretry::attempt_result(1, ec)).retry;
-}
 const std::error_code aborted = grpc(10);
 const std::error_code not_found = grpc(5);
 
@@ -103,10 +97,10 @@ TEST_CASE("A6 retry policy: four attempts, .1s to 1s doubling, full jitter, UNAV
   CHECK(m.policy.backoff.base_delay(0) == 100ms);
   CHECK(m.policy.backoff.base_delay(2) == 400ms);
   CHECK(m.policy.backoff.base_delay(5) == 1s);
-  REQUIRE(m.policy.classify);
-  CHECK(retries(m.policy, unavailable));
-  CHECK_FALSE(retries(m.policy, internal));
-  CHECK_FALSE(retries(m.policy, std::make_error_code(std::errc::connection_refused)));
+  REQUIRE(m.policy.retry_if);
+  CHECK(m.policy.retry_if(unavailable));
+  CHECK_FALSE(m.policy.retry_if(internal));
+  CHECK_FALSE(m.policy.retry_if(std::make_error_code(std::errc::connection_refused)));
   CHECK(m.policy.deadline == coretry::unlimited);
   CHECK(m.policy.budget == nullptr);
   CHECK_NOTHROW(m.policy.validate());
@@ -122,10 +116,10 @@ TEST_CASE("A6 hedging policy: four attempts .5s apart, three non-fatal codes") {
   CHECK(m.policy.max_attempts == 4);
   CHECK(m.hedge.delay == 500ms);
   CHECK(m.hedge.max_copies == 4);
-  CHECK(retries(m.policy, unavailable));
-  CHECK(retries(m.policy, internal));
-  CHECK(retries(m.policy, aborted));
-  CHECK_FALSE(retries(m.policy, not_found));
+  CHECK(m.policy.retry_if(unavailable));
+  CHECK(m.policy.retry_if(internal));
+  CHECK(m.policy.retry_if(aborted));
+  CHECK_FALSE(m.policy.retry_if(not_found));
   CHECK_NOTHROW(m.hedge.validate());
 }
 
@@ -144,8 +138,8 @@ TEST_CASE("A6 hedging policy with hedgingDelay 0s sends all four at once; absent
 TEST_CASE("A6 hedging policy without nonFatalStatusCodes: every failure is fatal") {
   const auto sc = read_service_config(
       R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 2}}]})", table());
-  REQUIRE(sc.methods.at(0).policy.classify);
-  CHECK_FALSE(retries(sc.methods.at(0).policy, unavailable));
+  REQUIRE(sc.methods.at(0).policy.retry_if);
+  CHECK_FALSE(sc.methods.at(0).policy.retry_if(unavailable));
 }
 
 TEST_CASE("A6 retry throttling: a full bucket of 10 tokens, 0.1 back per success, shared") {
@@ -212,8 +206,8 @@ TEST_CASE("grpc-go's retry example: capitalised field names, multiplier 1, .01s"
   CHECK(policy.max_attempts == 4);
   CHECK(policy.backoff.base_delay(0) == 10ms);
   CHECK(policy.backoff.base_delay(3) == 10ms);
-  CHECK(retries(policy, unavailable));
-  CHECK_FALSE(retries(policy, internal));
+  CHECK(policy.retry_if(unavailable));
+  CHECK_FALSE(policy.retry_if(internal));
 }
 
 TEST_CASE("protobuf's field names read as A6's; null is absent") {
@@ -223,7 +217,7 @@ TEST_CASE("protobuf's field names read as A6's; null is absent") {
                        "backoff_multiplier": 1.5, "retryable_status_codes": [14]}}]})",
                                       table());
   CHECK(sc.methods.at(0).kind == method_kind::retry);
-  CHECK(retries(sc.methods.at(0).policy, unavailable)); // 14 is UNAVAILABLE
+  CHECK(sc.methods.at(0).policy.retry_if(unavailable)); // 14 is UNAVAILABLE
 }
 
 TEST_CASE("A6's limit: maxAttempts above 5 is 5, for retries and hedges; a client may change it") {
@@ -257,8 +251,8 @@ TEST_CASE("perAttemptRecvTimeout: an attempt timeout, and timed-out attempts are
                                       table());
   const auto& p = sc.methods.at(0).policy;
   CHECK(p.attempt_timeout == 250ms);
-  CHECK(retries(p, coretry::make_error_code(coretry::errc::attempt_timeout)));
-  CHECK_FALSE(retries(p, unavailable));
+  CHECK(p.retry_if(coretry::make_error_code(coretry::errc::attempt_timeout)));
+  CHECK_FALSE(p.retry_if(unavailable));
 }
 
 TEST_CASE("an initial backoff above the cap waits the cap every time") {
@@ -320,8 +314,8 @@ TEST_CASE("a status lookup function instead of a table") {
           return std::make_error_code(std::errc::resource_unavailable_try_again);
         return std::nullopt;
       });
-  CHECK(retries(sc.methods.at(0).policy, std::make_error_code(std::errc::connection_refused)));
-  CHECK_FALSE(retries(sc.methods.at(0).policy, std::make_error_code(std::errc::timed_out)));
+  CHECK(sc.methods.at(0).policy.retry_if(std::make_error_code(std::errc::connection_refused)));
+  CHECK_FALSE(sc.methods.at(0).policy.retry_if(std::make_error_code(std::errc::timed_out)));
 }
 
 // ---- gRPC refusals ------------------------------------------------------------------------
@@ -494,9 +488,9 @@ TEST_CASE("own form: every field") {
   CHECK(p.backoff.multiplier() == 3.0);
   CHECK(p.backoff.max_delay() == 5s);
   CHECK(p.backoff.jitter_spec().kind == coretry::jitter_kind::equal);
-  CHECK(retries(p, unavailable));
-  CHECK(retries(p, grpc(8)));
-  CHECK_FALSE(retries(p, internal));
+  CHECK(p.retry_if(unavailable));
+  CHECK(p.retry_if(grpc(8)));
+  CHECK_FALSE(p.retry_if(internal));
   CHECK(p.when_open == coretry::on_open::wait);
   CHECK(p.report == coretry::final_error::policy_reason);
   CHECK(p.seed.has_value());
@@ -564,7 +558,7 @@ TEST_CASE("own form: an empty object is retry_policy's defaults") {
   const coretry::retry_policy d;
   CHECK(pc.policy.max_attempts == d.max_attempts);
   CHECK(pc.policy.backoff.to_string() == d.backoff.to_string());
-  CHECK_FALSE(pc.policy.classify);
+  CHECK_FALSE(pc.policy.retry_if);
   CHECK_FALSE(pc.hedge.has_value());
 }
 

@@ -335,16 +335,21 @@ std::vector<std::error_code> status_codes(const json& v, const std::string& path
   return out;
 }
 
-// The policy's `classify` for a list of retryable codes: the attempt errors listed are retried,
-// every other is final; otherwise as `default_classify` (a time-out slows the sending rate,
-// values accepted, exceptions not retried).
-std::function<attempt_decision(const attempt_result&)>
-retry_on(std::vector<std::error_code> codes) {
-  return [codes = std::move(codes)](const attempt_result& r) {
-    attempt_decision d = default_classify(r);
-    d.retry = r.error() && std::find(codes.begin(), codes.end(), r.error()) != codes.end();
-    return d;
+std::function<bool(const std::error_code&)> retry_on(std::vector<std::error_code> codes) {
+  return [codes = std::move(codes)](const std::error_code& ec) {
+    return std::find(codes.begin(), codes.end(), ec) != codes.end();
   };
+}
+
+// The loaded policy's retryable codes, in `retry_if`: a loaded policy decides as it did in 0.2,
+// so that `coretry::curl::retry` and `coretry::beast::retry` still apply their status rules to
+// responses (a `classify` of the loader's own would replace them), and 0.2 code that adds a
+// predicate of its own to a loaded policy still passes `validate()`. `retry_if` is deprecated
+// for code written for 0.3; the loader writes it on the caller's behalf.
+void set_retry_on(retry_policy& p, std::vector<std::error_code> codes) {
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  p.retry_if = retry_on(std::move(codes));
+  CORETRY_ALLOW_DEPRECATED_END
 }
 
 // Runs `make`, turning a refusal of coretry's own types ("coretry::x: field = value (rule)")
@@ -422,7 +427,7 @@ void read_retry_policy(const json& v, const std::string& path, const status_look
     return backoff::exponential(std::min(initial, max), multiplier, max)
         .with_jitter(jitter::full());
   });
-  out.policy.classify = retry_on(std::move(codes));
+  set_retry_on(out.policy, std::move(codes));
   out.kind = method_kind::retry;
 }
 
@@ -438,7 +443,7 @@ void read_hedging_policy(const json& v, const std::string& path, const status_lo
   std::vector<std::error_code> codes;
   if (const json* c = f.get("nonFatalStatusCodes"))
     codes = status_codes(*c, f.path("nonFatalStatusCodes"), statuses);
-  out.policy.classify = retry_on(std::move(codes)); // none listed: every failure is fatal
+  set_retry_on(out.policy, std::move(codes)); // none listed: every failure is fatal
   out.kind = method_kind::hedge;
 }
 
@@ -742,7 +747,7 @@ policy_config read_own(const json& doc, const status_lookup& statuses) {
   if (const json* b = f.get("backoff"))
     p.backoff = read_backoff(*b, f.path("backoff"));
   if (const json* r = f.get("retry_on"))
-    p.classify = retry_on(status_codes(*r, f.path("retry_on"), statuses));
+    set_retry_on(p, status_codes(*r, f.path("retry_on"), statuses));
   if (const json* w = f.get("when_open")) {
     const std::string& s = text(*w, f.path("when_open"));
     if (s == "fail")

@@ -117,9 +117,10 @@ void check_service_config(const coretry::config::service_config& sc) {
     } else {
       check(m.policy.max_attempts >= 2, "a policy of fewer than 2 attempts");
       check(m.policy.budget == sc.throttling, "throttling not shared");
-      check(static_cast<bool>(m.policy.classify), "no classifier");
-      (void)m.policy.classify(
-          coretry::attempt_result(1, std::error_code(14, std::generic_category())));
+      CORETRY_ALLOW_DEPRECATED_BEGIN // the loader sets 0.2's retry_if (lib/config/json.cpp)
+      check(static_cast<bool>(m.policy.retry_if), "no retry predicate");
+      (void)m.policy.retry_if(std::error_code(14, std::generic_category()));
+      CORETRY_ALLOW_DEPRECATED_END
       check(m.policy.backoff.base_delay(3) <= m.policy.backoff.max_delay(), "backoff past cap");
     }
     if (m.kind == method_kind::hedge) {

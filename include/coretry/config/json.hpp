@@ -71,9 +71,9 @@ struct method_config {
   method_kind kind = method_kind::single;
   /// The policy. `retry`: `max_attempts` (capped, see `grpc_options`), an exponential backoff
   /// from `initialBackoff` by `backoffMultiplier` up to `maxBackoff` with full jitter (A6's
-  /// `random(0, min(initial * multiplier^(n-1), max))`), a `classify` retrying the
+  /// `random(0, min(initial * multiplier^(n-1), max))`), `retry_if` true for the
   /// `retryableStatusCodes` (and for `errc::attempt_timeout` when `perAttemptRecvTimeout` sets
-  /// `attempt_timeout`). `hedge`: `max_attempts` and a `classify` retrying the
+  /// `attempt_timeout`). `hedge`: `max_attempts` and `retry_if` true for the
   /// `nonFatalStatusCodes`. Both: `deadline` from `timeout` when given, and `budget` the
   /// service config's `throttling` when it has one. `single`: one attempt, `deadline` from
   /// `timeout`.

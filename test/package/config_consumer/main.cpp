@@ -19,8 +19,7 @@ int main() {
       statuses);
   const coretry::retry_policy policy = config.policy_for("s", "m");
   if (policy.max_attempts != 5 ||
-      !policy.classify(coretry::attempt_result(1, make_error_code(std::errc::connection_refused)))
-           .retry ||
+      !policy.retry_if(make_error_code(std::errc::connection_refused)) ||
       policy.budget != config.throttling) {
     std::fputs("unexpected policy\n", stderr);
     return 1;
