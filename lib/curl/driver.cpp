@@ -155,8 +155,8 @@ void multi_driver::drain_messages() {
 // already at that moment (Asio 1.22 to 1.38, Boost 1.81: a wait is never speculative), so
 // there the wait alone is enough. Elsewhere (another reactor, or io_uring as the default) the
 // descriptor's readiness is tested with a poll of our own first, and a ready one gets its
-// event posted. On epoll that poll would be one system call per attempt more, and the seventh:
-// docs/benchmarks.md, "Where the HTTP client's CPU goes".
+// event posted. On epoll that poll would be one system call more per attempt (6.6 in all
+// instead of 5.6: docs/benchmarks.md, "Where the HTTP client's CPU goes").
 #if CORETRY_ASIO_BOOST
 #if defined(BOOST_ASIO_HAS_EPOLL) && !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
 #define CORETRY_CURL_WAIT_TESTS_READINESS 1
