@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -263,6 +264,46 @@ TEST_CASE("the classifier's hint, push-back and throttle reach the loop, the gat
   CHECK(counts_of(*breaker) == counts{1, 0, 1, 0});
   CHECK(rate->throttles == 1);
   CHECK(rate->successes == 1);
+}
+
+TEST_CASE("a classifier's hint holds for its own attempt only, whether the attempt takes a context "
+          "or not") {
+  // An attempt that takes no `attempt_context` runs with the loop's 8-byte `context_free`; one
+  // that takes it, with the full context. The hint must be forgotten at each new attempt alike.
+  static_assert(std::is_same_v<coretry::detail::context_for<scripted_op>,
+                               coretry::detail::context_free>);
+  auto with_context = [](coretry::attempt_context&) -> asio::awaitable<int> { co_return 1; };
+  static_assert(std::is_same_v<coretry::detail::context_for<decltype(with_context)>,
+                               coretry::attempt_context>);
+  for (const bool takes_context : {false, true}) {
+    CAPTURE(takes_context);
+    manual_clock::reset();
+    asio::io_context io;
+    scripted_op op{{fail(refused), fail(refused), succeed(7)}};
+    std::vector<std::chrono::nanoseconds> delays;
+    retry_policy p{.max_attempts = 3,
+                   .backoff = coretry::backoff::fixed(1ms),
+                   .on_retry = [&](const coretry::retry_event& e) { delays.push_back(e.delay); }};
+    p.classify = [](const attempt_result& r) {
+      // A hint on the first failure only.
+      return attempt_decision{.retry = true, .retry_after = r.attempt() == 1 ? 2s : 0s};
+    };
+    coretry::retry_stats stats;
+    outcome o;
+    if (takes_context)
+      coretry::async_retry<manual_timer>(
+          io.get_executor(), [&](coretry::attempt_context&) { return op(); }, p, stats,
+          record(o));
+    else
+      coretry::async_retry<manual_timer>(
+          io.get_executor(), [&] { return op(); }, p, stats, record(o));
+    drive(io, [&] { return o.completions > 0; });
+    CHECK(!o.error);
+    CHECK(o.value == 7);
+    REQUIRE(delays.size() == 2);
+    CHECK(delays[0] == 2s);
+    CHECK(delays[1] == 1ms);
+  }
 }
 
 TEST_CASE("narrowing the classifier does not change what the breaker hears") {

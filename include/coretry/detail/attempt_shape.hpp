@@ -177,11 +177,15 @@ template <class Out> void surface_exception(Out& out, const std::exception_ptr& 
     out.exception = kept;
 }
 
-template <class Op> decltype(auto) call_op(Op& op, attempt_context& ctx) {
-  if constexpr (std::is_invocable_v<Op&, attempt_context&>)
+/// Calls `op` with the attempt's context when it takes one. `Ctx` is `attempt_context` for such
+/// an operation, and may be the loop's `context_free` for one that takes none (`context_for`).
+template <class Op, class Ctx> decltype(auto) call_op(Op& op, Ctx& ctx) {
+  if constexpr (std::is_invocable_v<Op&, attempt_context&>) {
+    static_assert(std::is_same_v<Ctx, attempt_context>);
     return op(ctx);
-  else
+  } else {
     return op();
+  }
 }
 
 /// An awaitable attempt returns `awaitable<T>` and fails by throwing `std::system_error`, or
@@ -307,9 +311,11 @@ template <class Op> struct attempt_shape<Op, attempt_form::awaitable> {
   static constexpr bool awaits_void = !traits::error_as_value && std::is_void_v<value_type>;
   template <class H> static constexpr bool takes_handler = false;
 
-  static awaitable_type start(Op& op, attempt_context& ctx) { return call_op(op, ctx); }
+  template <class Ctx> static awaitable_type start(Op& op, Ctx& ctx) { return call_op(op, ctx); }
   /// What a coroutine loop awaits: the attempt's own awaitable.
-  static awaitable_type await_outcome(Op& op, attempt_context& ctx) { return call_op(op, ctx); }
+  template <class Ctx> static awaitable_type await_outcome(Op& op, Ctx& ctx) {
+    return call_op(op, ctx);
+  }
 
   /// Writes the awaited outcome `r` into `out` (`error`, `value`).
   template <class Out, class R> static void take(Out& out, R&& r) {
@@ -385,9 +391,9 @@ template <class C> struct guard_probe {
 /// initiating function would meet Asio's `noexcept` suspension (`std::terminate` on Asio 1.22)
 /// or leave the coroutine: what it throws completes the coroutine with that exception, posted
 /// to the coroutine's executor, unless the attempt completed first. One recycled allocation.
-template <class Shape, class Op, class C> struct guarded_initiation {
+template <class Shape, class Op, class C, class Ctx> struct guarded_initiation {
   Op* op;
-  attempt_context* ctx;
+  Ctx* ctx;
   template <class H> void operator()(H h) const {
     auto box =
         std::allocate_shared<guard_box<H>>(asio::recycling_allocator<guard_box<H>>(), std::move(h));
@@ -453,7 +459,7 @@ template <class Traits> struct completion_taker {
 
 /// A token-based attempt (an initiating function, or a deferred operation).
 template <class Op, attempt_form K> struct token_shape {
-  static auto start(Op& op, attempt_context& ctx) {
+  template <class Ctx> static auto start(Op& op, Ctx& ctx) {
     if constexpr (K == attempt_form::token_with_context)
       return op(ctx, attempt_token());
     else if constexpr (K == attempt_form::token)
@@ -475,7 +481,7 @@ template <class Op, attempt_form K> struct token_shape {
   }
   template <class H> static constexpr bool takes_handler = takes_handler_impl<H>();
   /// Initiates the attempt with the completion handler `h`.
-  template <class H> static void initiate(Op& op, attempt_context& ctx, H&& h) {
+  template <class Ctx, class H> static void initiate(Op& op, Ctx& ctx, H&& h) {
     if constexpr (K == attempt_form::token_with_context)
       (void)op(ctx, std::forward<H>(h));
     else if constexpr (K == attempt_form::token)
@@ -497,11 +503,11 @@ template <class Op, attempt_form K> struct token_shape {
   /// What a coroutine loop awaits to run the attempt: the outcome as `as_tuple` gives it, the
   /// initiating function's exception rethrown at the `co_await` (`guarded_initiation`). An
   /// attempt that takes only the loop's own token is awaited with it, unguarded.
-  static auto await_outcome(Op& op, attempt_context& ctx) {
+  template <class Ctx> static auto await_outcome(Op& op, Ctx& ctx) {
     if constexpr (takes_handler<guarded_handler<guard_probe<completion_t>, completion_t>>)
       return asio::async_initiate<const asio::use_awaitable_t<>&,
                                   void(std::exception_ptr, std::optional<completion_t>)>(
-          guarded_initiation<token_shape, Op, completion_t>{&op, &ctx}, asio::use_awaitable);
+          guarded_initiation<token_shape, Op, completion_t, Ctx>{&op, &ctx}, asio::use_awaitable);
     else
       return start(op, ctx);
   }
@@ -519,6 +525,41 @@ struct attempt_shape<Op, attempt_form::token_with_context>
     : token_shape<Op, attempt_form::token_with_context> {};
 template <class Op>
 struct attempt_shape<Op, attempt_form::deferred> : token_shape<Op, attempt_form::deferred> {};
+
+/// What the loop keeps of an attempt's context for an operation that takes none: only the hint
+/// its classifier may give (`attempt_decision::retry_after`). An `attempt_context` is 168 bytes,
+/// most of them the inline attributes nobody can set here; this is 8.
+class context_free {
+public:
+  explicit context_free(unsigned) noexcept {}
+  void retry_after(std::chrono::nanoseconds hint) noexcept {
+    if (hint > hint_)
+      hint_ = hint;
+  }
+  std::chrono::nanoseconds retry_after() const noexcept { return hint_; }
+  static std::error_code health_code() noexcept { return {}; }
+  static const attempt_attributes& attributes() noexcept { return none_; }
+
+private:
+  static constexpr attempt_attributes none_{};
+  std::chrono::nanoseconds hint_{0};
+};
+
+/// Whether `Op` is called with the attempt's context.
+template <class Op> constexpr bool takes_context() noexcept {
+  constexpr attempt_form k = form_of<Op>();
+  if constexpr (k == attempt_form::token_with_context)
+    return true;
+  else if constexpr (k == attempt_form::token)
+    return false;
+  else
+    return std::is_invocable_v<Op&, attempt_context&>;
+}
+
+/// The context a loop holds for `Op`'s attempts: `attempt_context` when `Op` takes it, else
+/// `context_free`.
+template <class Op>
+using context_for = std::conditional_t<takes_context<Op>(), attempt_context, context_free>;
 
 /// The result type of the operation, whatever the attempt's shape.
 template <class Op> using op_result_t = typename attempt_shape<Op>::value_type;

@@ -198,8 +198,10 @@ enum class next_step : unsigned char {
 /// holds in its frame and the composed operation (retry_op.hpp) in its heap state. Both drive it
 /// the same way: `started()`, then `top` and, after each attempt, `ended`, each of which says
 /// what comes next, until `done`; then `finish()`. Observer events, stats and reservations are
-/// all handled here, in the same order on either path.
-template <class Clock, class T> class loop_core {
+/// all handled here, in the same order on either path. `Ctx` is what the attempts are given:
+/// `attempt_context`, or `context_free` for an operation that takes none (`context_for<Op>`),
+/// which keeps the state 160 bytes smaller.
+template <class Clock, class T, class Ctx = attempt_context> class loop_core {
   using exit = loop_exit<T>;
 
 public:
@@ -216,7 +218,7 @@ public:
 
   const retry_policy& policy() const noexcept { return policy_; }
   loop_result<T>& result() noexcept { return result_; }
-  attempt_context& context() noexcept { return ctx_; }
+  Ctx& context() noexcept { return ctx_; }
   /// The wait `next_step::sleep` asks for.
   nanoseconds delay() const noexcept { return v_.delay; }
   /// How long the attempt `top` started may run (the attempt timeout, or the deadline).
@@ -277,7 +279,7 @@ public:
     // (`sent`): a cancellation from the observer's hook below gives both back.
     if (stats_)
       stats_->attempts = sched_.attempts();
-    ctx_ = attempt_context(sched_.attempts());
+    ctx_ = Ctx(sched_.attempts());
     result_.value.reset();
     if (hears(observer_interest::attempt_started))
       emit(*policy_.observer, attempt_started_event{policy_.label, sched_.attempts()});
@@ -437,7 +439,7 @@ private:
   nanoseconds slept_{0};
   nanoseconds attempt_start_{0};
   verdict v_;
-  attempt_context ctx_{0};
+  Ctx ctx_{0};
 };
 
 // --- The direct loop -------------------------------------------------------------------------
@@ -451,7 +453,7 @@ asio::awaitable<T> retry_loop(Op op, Policy held, retry_stats* stats, op_origin 
   using shape = attempt_shape<Op>; // how an attempt is started and awaited (attempt_shape.hpp)
   using clock = typename Timer::clock_type;
 
-  loop_core<clock, T> core(policy_of(held), stats, std::move(origin));
+  loop_core<clock, T, context_for<Op>> core(policy_of(held), stats, std::move(origin));
   std::optional<Timer> sleep_timer; // made at the first sleep: a first success needs none
   core.started();
   asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;

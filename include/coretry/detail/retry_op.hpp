@@ -455,6 +455,7 @@ template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>
 /// It names neither the operation nor the caller's handler, so its code is compiled once per
 /// timer, result, policy, executor and allocator type, for every call site: `retry_op` adds
 /// what does name them, sending an attempt (`send`) and delivering the outcome (`deliver`).
+/// `Ctx` is what the attempts are given (`context_for`: the operation's one trait it names).
 ///
 /// `Exec` is the executor everything runs on: the caller's, or a strand of it when the operation
 /// must be serialized against a cancellation from another thread (`initiate_retry`). A
@@ -465,10 +466,10 @@ template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>
 /// Exactly once: the state completes once (`finish`), or is destroyed uncalled with whatever
 /// pending handler holds it last (the execution context's teardown). It unlinks itself from a
 /// group source when it dies, however it dies.
-template <class Timer, class T, class Policy, class Exec, class Alloc>
+template <class Timer, class T, class Policy, class Exec, class Alloc, class Ctx>
 class retry_engine
     : public op_frame<Exec, T>,
-      public std::enable_shared_from_this<retry_engine<Timer, T, Policy, Exec, Alloc>> {
+      public std::enable_shared_from_this<retry_engine<Timer, T, Policy, Exec, Alloc, Ctx>> {
 protected:
   using clock = typename Timer::clock_type;
   using timer_type = typename Timer::template rebind_executor<Exec>::other;
@@ -788,7 +789,7 @@ protected:
 
   [[no_unique_address]] allocator_type alloc_; ///< the handler's: for every intermediate handler
   Policy policy_;
-  loop_core<clock, T> core_;        ///< refers to `policy_`
+  loop_core<clock, T, Ctx> core_;   ///< refers to `policy_`
   std::optional<timer_type> timer_; ///< the sleep timer, made at the first sleep
   std::unique_ptr<control> ctl_;    ///< controlled only
   std::uint64_t attempt_seq_ = 0;   ///< of the token attempt in flight
@@ -809,8 +810,10 @@ protected:
 template <class Timer, class T, class Op, class Policy, class Exec, class Executor, class Handler,
           class Deliver>
 class retry_op final
-    : public retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>> {
-  using engine = retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>>;
+    : public retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>,
+                          context_for<Op>> {
+  using engine = retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>,
+                              context_for<Op>>;
   using engine::alloc_;
   using engine::attempt_done;
   using engine::attempt_live;
