@@ -267,6 +267,37 @@ void validate_rules(const retry_rules& rules, const char* where, const std::stri
 
 } // namespace detail
 
+namespace {
+
+// classify_response, reading the clock (`now` empty) only for an HTTP-date to parse.
+attempt_decision decide_response(long status, std::string_view retry_after,
+                                 const retry_rules& rules,
+                                 std::optional<std::chrono::system_clock::time_point> now) {
+  attempt_decision d;
+  d.retry = is_retryable_status(status, rules);
+  if (!d.retry)
+    return d;
+  d.pushback = is_pushback_status(status);
+  d.throttle = slows_sending_rate(status);
+  if (!retry_after.empty() && honours_retry_after(status, rules))
+    if (auto hint = now ? parse_retry_after(retry_after, *now) : parse_retry_after(retry_after))
+      d.retry_after = *hint;
+  return d;
+}
+
+} // namespace
+
+attempt_decision classify_response(long status, std::string_view retry_after,
+                                   const retry_rules& rules) {
+  return decide_response(status, retry_after, rules, std::nullopt);
+}
+
+attempt_decision classify_response(long status, std::string_view retry_after,
+                                   const retry_rules& rules,
+                                   std::chrono::system_clock::time_point now) {
+  return decide_response(status, retry_after, rules, now);
+}
+
 void retry_rules::validate() const {
   detail::validate_rules(*this, "coretry::http::retry_rules", "");
 }

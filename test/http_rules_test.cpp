@@ -168,3 +168,53 @@ TEST_CASE("an HTTP token is one or more tchar, and a refused value is shown on o
   const std::string long_value(70, 'v');
   CHECK(http::detail::escaped(long_value) == "\"" + std::string(64, 'v') + "\"...");
 }
+
+TEST_CASE("classify_response retries the rules' statuses and reads Retry-After where honoured") {
+  const http::retry_rules defaults{};
+  auto d = http::classify_response(503, "7", defaults);
+  CHECK(d.retry);
+  CHECK(d.throttle);
+  CHECK_FALSE(d.pushback);
+  CHECK(d.retry_after == 7s);
+  d = http::classify_response(429, "", defaults);
+  CHECK(d.retry);
+  CHECK(d.pushback);
+  CHECK(d.throttle);
+  CHECK(d.retry_after == 0s);
+  // Retried, but not a status whose Retry-After is honoured, nor one that slows the rate.
+  d = http::classify_response(502, "7", defaults);
+  CHECK(d.retry);
+  CHECK_FALSE(d.throttle);
+  CHECK(d.retry_after == 0s);
+  // A final answer decides nothing else, hint included.
+  for (long status : {200L, 404L, 501L}) {
+    d = http::classify_response(status, "7", defaults);
+    CHECK_FALSE(d.retry);
+    CHECK_FALSE(d.pushback);
+    CHECK_FALSE(d.throttle);
+    CHECK(d.retry_after == 0s);
+  }
+  // A malformed value is no hint.
+  CHECK(http::classify_response(503, "soon", defaults).retry_after == 0s);
+  // An HTTP-date, against the given now.
+  const auto now = std::chrono::sys_days{std::chrono::year{1994} / 11 / 6} + 8h + 49min + 30s;
+  CHECK(http::classify_response(503, "Sun, 06 Nov 1994 08:49:37 GMT", defaults, now).retry_after ==
+        7s);
+
+  // The rules decide which statuses are retried and which honour Retry-After; 429 stays the
+  // push-back and 429 and 503 the statuses that slow the rate, when retried.
+  const http::retry_rules own{.status_forcelist = {409, 503}, .retry_after_status_codes = {409}};
+  d = http::classify_response(409, "7", own);
+  CHECK(d.retry);
+  CHECK_FALSE(d.pushback);
+  CHECK_FALSE(d.throttle);
+  CHECK(d.retry_after == 7s);
+  d = http::classify_response(503, "7", own);
+  CHECK(d.retry);
+  CHECK(d.throttle);
+  CHECK(d.retry_after == 0s);
+  d = http::classify_response(429, "7", own);
+  CHECK_FALSE(d.retry);
+  CHECK_FALSE(d.pushback);
+  CHECK_FALSE(d.throttle);
+}

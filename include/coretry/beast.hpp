@@ -514,9 +514,13 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
         d.retry = transport_failure(r.error(), st->rules).has_value();
         d.throttle = coretry::default_throttle_if(r.error());
       } else if (const response_type* res = r.template value<response_type>()) {
-        d.retry = coretry::http::is_retryable_status(res->result_int(), st->rules);
-        d.pushback = d.retry && coretry::http::is_pushback_status(res->result_int());
-        d.throttle = d.retry && coretry::http::slows_sending_rate(res->result_int());
+        // The status rules, as coretry::curl applies them: one function for both.
+        const auto field = res->find(http::field::retry_after);
+        d = coretry::http::classify_response(
+            res->result_int(),
+            field == res->end() ? std::string_view{}
+                                : std::string_view(field->value().data(), field->value().size()),
+            st->rules);
       }
       return d;
     };

@@ -5,6 +5,7 @@
 /// the free functions that read it. No libcurl: `coretry::curl` uses it, and so can a retry loop
 /// around any other HTTP client (Boost.Beast, ...). Linked with `coretry::coretry` alone.
 
+#include <coretry/classify.hpp>
 #include <coretry/export.hpp>
 
 #include <array>
@@ -149,6 +150,42 @@ inline bool is_pushback_status(long status) noexcept {
 inline bool slows_sending_rate(long status) noexcept {
   return status == 429 || status == 503;
 }
+
+/// What a retry loop decides for one HTTP response under `rules`: the one place where the
+/// status rules meet, for `coretry::curl::classify` (the default `classify` of
+/// `coretry::curl::retry` and `hedge`) and for the default `classify` of `coretry::beast::retry`
+/// alike, and for a retry loop around any other client.
+///
+/// - `retry`: the status is in `rules.status_forcelist` (`is_retryable_status`); any other status
+///   is an accepted answer, and then nothing else below is set;
+/// - `pushback`: a retried 429 (`is_pushback_status`);
+/// - `throttle`: a retried 429 or 503 (`slows_sending_rate`);
+/// - `retry_after`: `retry_after`, the response's `Retry-After` field value (empty: none),
+///   parsed (`parse_retry_after`), when the response is retried and
+///   `rules.retry_after_status_codes` holds its status (`honours_retry_after`); zero when it is
+///   absent or malformed.
+///
+/// Whether the request may be sent again at all is not decided here: it is a property of the
+/// request (`may_retry`), which both adapters settle before the first attempt by allowing one
+/// attempt only. So a 503 to a POST is decided `retry` here, and the loop, out of attempts,
+/// returns it as a retryable failure it gave up on (in its statistics and events), not as an
+/// accepted answer. Nor are `rules`' per-kind limits (`status_retries`) applied: they count an
+/// operation's failures (`failure_counts`), which a decision on one response cannot see.
+///
+/// ```
+/// coretry::http::retry_rules rules{};
+/// coretry::attempt_decision d = coretry::http::classify_response(503, "2", rules);
+/// assert(d.retry && d.throttle && !d.pushback && d.retry_after == std::chrono::seconds(2));
+/// assert(!coretry::http::classify_response(404, "2", rules).retry);
+/// ```
+///
+/// Thread-safe; allocates nothing; reads the system clock only to parse an HTTP-date.
+CORETRY_API attempt_decision classify_response(long status, std::string_view retry_after,
+                                               const retry_rules& rules);
+/// As above, with an HTTP-date in `retry_after` read relative to `now` (a test's fixed time).
+CORETRY_API attempt_decision classify_response(long status, std::string_view retry_after,
+                                               const retry_rules& rules,
+                                               std::chrono::system_clock::time_point now);
 
 /// The category of HTTP statuses as `std::error_code` values ("HTTP 503 Service Unavailable");
 /// its name is "http-status". A status is never a transport error: an HTTP client sets one as

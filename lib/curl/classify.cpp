@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/curl/classify.hpp>
 #include <coretry/curl/error.hpp>
-#include <coretry/curl/retry_after.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
 
@@ -117,13 +116,9 @@ coretry::attempt_decision classify(const coretry::attempt_result& r,
     d.retry = is_retryable(r.error(), rules);
     d.throttle = coretry::default_throttle_if(r.error()) || r.error() == errc::operation_timedout;
   } else if (const response* res = r.value<response>()) {
-    d.retry = coretry::http::is_retryable_status(res->status, rules);
-    d.pushback = d.retry && coretry::http::is_pushback_status(res->status);
-    d.throttle = d.retry && coretry::http::slows_sending_rate(res->status);
-    if (d.retry && coretry::http::honours_retry_after(res->status, rules))
-      if (auto value = res->header("Retry-After"))
-        if (auto hint = parse_retry_after(*value))
-          d.retry_after = *hint;
+    // The status rules, as coretry::beast applies them: one function for both.
+    d = coretry::http::classify_response(res->status, res->header("Retry-After").value_or(""),
+                                         rules);
   }
   return d;
 }

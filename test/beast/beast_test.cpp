@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/http_decision_cases.hpp>
 #include <support/http_fault_server.hpp>
 #include <support/nginx_server.hpp>
 
@@ -19,6 +20,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -494,6 +496,39 @@ TEST_CASE("a classifier of the caller's own decides Beast's retry; status_retrie
     CHECK(out.res.body() == "still busy");
     CHECK(out.stats.attempts == 2);
   }
+}
+
+// The one response classifier (issue 28): coretry::curl's default classifier is held to the
+// same function and the same totals (test/curl/classify_test.cpp).
+TEST_CASE("Beast's retry decides every status as http::classify_response does, GET or POST") {
+  using response_type = http::response<http::string_body>;
+  using state = coretry::beast::detail::retry_state<http::string_body, http::fields>;
+  const coretry::http::retry_rules rules{};
+  coretry::test::decision_tally tally;
+  coretry::test::for_each_http_decision_case([&](const coretry::test::http_decision_case& k) {
+    CAPTURE(k.status);
+    CAPTURE(k.retry_after);
+    CAPTURE(k.method);
+    auto st = std::make_shared<state>(
+        coretry::beast::endpoint{"127.0.0.1", "80"},
+        make_request(k.method == "GET" ? http::verb::get : http::verb::post, "/"), rules);
+    coretry::retry_policy base;
+    base.max_attempts = 4;
+    const coretry::retry_policy p =
+        coretry::beast::detail::make_policy<http::string_body>(base, st);
+    // A POST is sent once: idempotency is the request's, settled before the loop.
+    CHECK(p.max_attempts == (k.method == "GET" ? 4u : 1u));
+    response_type res{static_cast<http::status>(k.status), 11};
+    if (!k.retry_after.empty())
+      res.set(http::field::retry_after, k.retry_after);
+    coretry::attempt_result r(1);
+    r.with_value(res);
+    const coretry::attempt_decision d = p.classify(r);
+    CHECK(coretry::test::same_decision(
+        d, coretry::http::classify_response(k.status, k.retry_after, rules)));
+    tally.add(d);
+  });
+  CHECK(tally == coretry::test::expected_default_tally);
 }
 
 TEST_CASE("a breaker hears Beast's 503 answers as failures and opens on them") {

@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/curl/classify.hpp>
+#include <coretry/curl/client.hpp>
 #include <coretry/curl/error.hpp>
+#include <coretry/curl/retry.hpp>
 #include <coretry/error.hpp>
+#include <coretry/http.hpp>
 
 #include <doctest/doctest.h>
 #include <support/asio.hpp>
+#include <support/http_decision_cases.hpp>
+
+#include <memory>
+#include <string>
 
 using namespace coretry::curl;
 
@@ -100,4 +107,35 @@ TEST_CASE("HTTP versions have names") {
   CHECK(std::string(to_string(http_version::http1_1)) == "HTTP/1.1");
   CHECK(std::string(to_string(http_version::http2)) == "HTTP/2");
   CHECK(std::string(to_string(http_version::unknown)) == "unknown");
+}
+
+// The one response classifier (issue 28): coretry::beast's default classifier is held to the
+// same function and the same totals (test/beast/beast_test.cpp).
+TEST_CASE("curl::retry decides every status as http::classify_response does, GET or POST") {
+  asio::io_context io;
+  client c(io.get_executor());
+  const coretry::http::retry_rules rules{};
+  coretry::test::decision_tally tally;
+  coretry::test::for_each_http_decision_case([&](const coretry::test::http_decision_case& k) {
+    CAPTURE(k.status);
+    CAPTURE(k.retry_after);
+    CAPTURE(k.method);
+    auto st = std::make_shared<detail::http_retry_state>(
+        c, request{.method = std::string(k.method), .url = "http://127.0.0.1/"});
+    const coretry::retry_policy p = detail::make_http_policy({.max_attempts = 4}, st);
+    // A POST is sent once: idempotency is the request's, settled before the loop.
+    CHECK(p.max_attempts == (k.method == "GET" ? 4u : 1u));
+    response res{.status = k.status};
+    if (!k.retry_after.empty())
+      res.headers.emplace_back("Retry-After", std::string(k.retry_after));
+    coretry::attempt_result r(1);
+    r.with_value(res);
+    const coretry::attempt_decision d = p.classify(r);
+    CHECK(coretry::test::same_decision(
+        d, coretry::http::classify_response(k.status, k.retry_after, rules)));
+    // The public classifier is the adapter's default.
+    CHECK(coretry::test::same_decision(d, classify(r, rules)));
+    tally.add(d);
+  });
+  CHECK(tally == coretry::test::expected_default_tally);
 }
