@@ -269,6 +269,13 @@ void validate_rules(const retry_rules& rules, const char* where, const std::stri
 
 namespace {
 
+// Whether a Retry-After value is delta-seconds (after optional spaces): those need no clock.
+bool starts_with_digit(std::string_view v) noexcept {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
+    v.remove_prefix(1);
+  return !v.empty() && v.front() >= '0' && v.front() <= '9';
+}
+
 // classify_response, reading the clock (`now` empty) only for an HTTP-date to parse.
 attempt_decision decide_response(long status, std::string_view retry_after,
                                  const retry_rules& rules,
@@ -279,9 +286,16 @@ attempt_decision decide_response(long status, std::string_view retry_after,
     return d;
   d.pushback = is_pushback_status(status);
   d.throttle = slows_sending_rate(status);
-  if (!retry_after.empty() && honours_retry_after(status, rules))
-    if (auto hint = now ? parse_retry_after(retry_after, *now) : parse_retry_after(retry_after))
-      d.retry_after = *hint;
+  if (retry_after.empty() || !honours_retry_after(status, rules))
+    return d;
+  // Delta-seconds need no clock: it is read only for an HTTP-date (or a malformed value).
+  std::chrono::system_clock::time_point at{};
+  if (now)
+    at = *now;
+  else if (!starts_with_digit(retry_after))
+    at = std::chrono::system_clock::now();
+  if (auto hint = parse_retry_after(retry_after, at))
+    d.retry_after = *hint;
   return d;
 }
 
