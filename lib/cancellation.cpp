@@ -83,7 +83,11 @@ public:
   void run_batch(unsigned k) noexcept {
     constexpr int chunk = 64;
     for (;;) {
-      std::weak_ptr<cancellation_registration> taken[chunk];
+      // Pinned, not weak: a weak handle would cost two more atomic steps per operation (the
+      // lock() here and the weak count), and the chunk is notified at once, on the operations'
+      // own context. The last of them to be released may destroy its operation here, outside
+      // the lock (its destructor unlinks under it).
+      std::shared_ptr<cancellation_registration> taken[chunk];
       int n = 0;
       {
         std::lock_guard lock(mutex_);
@@ -96,8 +100,8 @@ public:
       if (n == 0)
         return;
       for (int i = 0; i < n; ++i)
-        if (auto r = taken[i].lock())
-          r->batched->notify_here(*r);
+        if (taken[i])
+          taken[i]->batched->notify_here(*taken[i]);
     }
   }
 

@@ -345,3 +345,30 @@ TEST_CASE("a completion decided inside the initiation goes to the handler's imme
   CHECK(!r.ec);
 }
 #endif
+
+#if !defined(ASIO_HAS_IOCP) && !defined(BOOST_ASIO_HAS_IOCP) // IOCP: always a strand
+TEST_CASE("the strand is left out exactly where the context promises one thread") {
+  // Asked of every controlled operation (the group's batched notice and the attempt timer rely
+  // on it), for each shape an executor comes in: an io_context's, tracked or not, inside an
+  // any_io_executor or not, a strand's and a thread_pool's.
+  using coretry::detail::runs_on_one_thread;
+  asio::io_context one(1);
+  asio::io_context many;
+  const auto tracked = asio::prefer(one.get_executor(), asio::execution::outstanding_work.tracked);
+  CHECK(runs_on_one_thread(one.get_executor()));
+  CHECK(!runs_on_one_thread(many.get_executor()));
+  CHECK(runs_on_one_thread(tracked));
+  CHECK(runs_on_one_thread(asio::any_io_executor(one.get_executor())));
+  CHECK(runs_on_one_thread(asio::any_io_executor(tracked)));
+  CHECK(!runs_on_one_thread(asio::any_io_executor(many.get_executor())));
+  CHECK(!runs_on_one_thread(asio::make_strand(one.get_executor())));
+  asio::thread_pool single(1);
+  asio::thread_pool pair(2);
+  CHECK(runs_on_one_thread(single.get_executor()));
+  CHECK(!runs_on_one_thread(pair.get_executor()));
+  CHECK(runs_on_one_thread(asio::any_io_executor(single.get_executor())));
+  CHECK(!runs_on_one_thread(asio::any_io_executor(pair.get_executor())));
+  single.join();
+  pair.join();
+}
+#endif

@@ -26,8 +26,9 @@ struct batch_notice_ops {
   /// Posts `batch` to the operation's execution context (never runs it inline); called outside
   /// the source's lock, with the operation kept alive by `notifying`.
   void (*post)(cancellation_registration&, cancellation_batch) noexcept;
-  /// The operation, weakly; called under the source's lock while it is linked.
-  std::weak_ptr<cancellation_registration> (*handle)(cancellation_registration&) noexcept;
+  /// The operation, pinned until its batch has notified it (empty when it is dying already);
+  /// called under the source's lock while it is linked. The batch drops it with no lock held.
+  std::shared_ptr<cancellation_registration> (*handle)(cancellation_registration&) noexcept;
   /// Cancels the operation; called by the batch on the operation's execution context, with the
   /// operation pinned by the caller and no lock held (it may run the operation inline).
   void (*notify_here)(cancellation_registration&) noexcept;
@@ -43,8 +44,8 @@ struct batch_notice_ops {
 /// Batched (`batched` set, `context` naming the operation's execution context): `cancel()` moves
 /// the links into one list per context (a few contexts at most; further ones are notified one by
 /// one) and posts one `cancellation_batch` per context, through one of its operations. The batch
-/// runs on that context, takes its links a chunk at a time under the lock (each as a weak
-/// handle, unlinked), and notifies each living one there: no allocation, post or lock per
+/// runs on that context, takes its links a chunk at a time under the lock (each unlinked, its
+/// operation pinned unless it is dying already), and notifies each one there: no allocation, post or lock per
 /// operation on the cancelling thread. A batch that never runs (its context is destroyed) leaves
 /// its links to be unlinked by their owners as they die.
 ///

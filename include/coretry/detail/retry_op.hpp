@@ -46,6 +46,7 @@
 
 #include <atomic>
 #include <cassert>
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -161,11 +162,39 @@ template <class Executor, class F> void with_serializing_executor(const Executor
   f(asio::make_strand(ex));
 }
 
+/// The `io_context` behind `ex` when the executor's type says so (an `io_context`'s executor,
+/// or one held in an `any_io_executor`), else null.
+template <class E> asio::io_context* io_context_behind(const E& ex) noexcept {
+  if constexpr (std::is_same_v<E, asio::any_io_executor>) {
+    using io = asio::io_context::executor_type;
+    using io_tracked = std::decay_t<decltype(asio::prefer(
+        std::declval<const io&>(), asio::execution::outstanding_work.tracked))>;
+    if (const auto* t = target_as<io>(ex))
+      return &t->context();
+    if (const auto* t = target_as<io_tracked>(ex))
+      return &t->context();
+    return nullptr;
+  } else if constexpr (requires {
+                         { ex.context() } -> std::same_as<asio::io_context&>;
+                       }) {
+    return &ex.context();
+  } else {
+    (void)ex;
+    return nullptr;
+  }
+}
+
 /// Whether `ex` runs its handlers on one thread only: an `io_context` (or a one-thread
 /// `thread_pool`) made with the concurrency hint 1, which promises just that. An operation on it
 /// needs no strand: a cancellation from another thread reaches it through a post, and everything
 /// else (its sleep, its attempts, its attempt timer, a group's batched notice) runs on that
 /// thread already.
+///
+/// Asked once per controlled operation, so it must be cheap. Before Asio 1.33 an `io_context`'s
+/// scheduler is its `impl_`, which `use_service<io_context_impl>(io_context&)` returns without
+/// the service registry's mutex and search (two locks per operation through `has_service` and
+/// `use_service` on the `execution_context`); other contexts (a `thread_pool`) still go through
+/// the registry. From 1.33 the hint is read from the context's configuration, one registry lookup.
 template <class E> bool runs_on_one_thread(const E& ex) noexcept {
 #if defined(ASIO_HAS_IOCP) || defined(BOOST_ASIO_HAS_IOCP)
   (void)ex;
@@ -174,11 +203,14 @@ template <class E> bool runs_on_one_thread(const E& ex) noexcept {
   if constexpr (is_strand<E>::value) {
     return false; // serializing already (with_serializing_executor keeps it)
   } else if constexpr (asio::can_query<const E&, asio::execution::context_t>::value) {
-    asio::execution_context& ctx = asio::query(ex, asio::execution::context);
 #if CORETRY_ASIO_HAS_CONFIG
     // Asio 1.33 and later keep the hint in the context's configuration.
+    asio::execution_context& ctx = asio::query(ex, asio::execution::context);
     return asio::config(ctx).get("scheduler", "concurrency_hint", 0) == 1;
 #else
+    if (asio::io_context* io = io_context_behind(ex))
+      return asio::use_service<asio::detail::io_context_impl>(*io).concurrency_hint() == 1;
+    asio::execution_context& ctx = asio::query(ex, asio::execution::context);
     return asio::has_service<asio::detail::scheduler>(ctx) &&
            asio::use_service<asio::detail::scheduler>(ctx).concurrency_hint() == 1;
 #endif
@@ -529,7 +561,7 @@ protected:
   ~retry_engine() {
     if (ctl_) {
       queue_type::forget(*ctl_);
-      policy_of(policy_).cancellation.detach(*ctl_);
+      unlink_group();
     }
   }
 
@@ -612,8 +644,10 @@ protected:
     const retry_policy& p = policy_of(policy_);
     if (signal_) {
       armed_ = true;
-      if (!cancelled_ && p.cancellation.can_be_cancelled() && !p.cancellation.attach(*ctl_))
-        cancelled_ = true;
+      if (!cancelled_ && p.cancellation.can_be_cancelled()) {
+        grouped_ = p.cancellation.attach(*ctl_);
+        cancelled_ = !grouped_;
+      }
     }
     core_.started();
     step(std::move(self), core_.top(cancelled()));
@@ -683,12 +717,22 @@ protected:
   void finish(self_ptr self) {
     armed_ = false;
     if (ctl_) {
-      policy_of(policy_).cancellation.detach(*ctl_);
+      unlink_group();
       if (ctl_->deadlines)
         ctl_->deadlines->remove(*ctl_);
     }
     core_.finish();
     deliver(std::move(self));
+  }
+
+  /// Unlinks from the group source, once: `finish` does it, and the destructor only for a state
+  /// that dies uncompleted (its context torn down). After the first unlink the link is in no
+  /// list, so no notice can be in progress on it and the source's lock need not be taken again.
+  void unlink_group() noexcept {
+    if (grouped_) {
+      grouped_ = false;
+      policy_of(policy_).cancellation.detach(*ctl_);
+    }
   }
 
   // --- The attempt's deadline: `start_attempt(limit)` links the state into its context's
@@ -771,7 +815,7 @@ protected:
   }
   // The link is the control block's, which lives as long as the state: a handle to it shares
   // the state's ownership (empty when the state is already dying; its destructor unlinks it).
-  static std::weak_ptr<cancellation_registration> handle(cancellation_registration& r) noexcept {
+  static std::shared_ptr<cancellation_registration> handle(cancellation_registration& r) noexcept {
     if (self_ptr s = owner_of(r).weak_from_this().lock())
       return std::shared_ptr<cancellation_registration>(std::move(s), &r);
     return {};
@@ -795,7 +839,8 @@ protected:
   std::uint64_t attempt_seq_ = 0;   ///< of the token attempt in flight
   bool running_ = false;
   bool timed_ = false;
-  bool armed_ = false; ///< linked to the group, cancellable
+  bool armed_ = false;   ///< started: cancellable
+  bool grouped_ = false; ///< linked to the group source (`attach` succeeded), until unlinked
   bool cancelled_ = false;
   /// Set by the caller's slot, from any thread, before it dispatches `cancel`.
   std::atomic<bool> cancel_seen_{false};

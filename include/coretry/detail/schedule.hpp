@@ -195,13 +195,22 @@ public:
   /// Whether the policy would retry after `ec` (cancellation never): as `said` (the policy's
   /// `classify`) decided, or else as `retry_if` says.
   bool retryable(const std::error_code& ec, const attempt_decision* said = nullptr) const {
-    if (coretry::detail::is_aborted(ec) || ec == errc::cancelled)
+    if (coretry::detail::is_aborted(ec))
       return false;
-    return ec == errc::result_rejected || ec == errc::attempt_timeout ||
-           ec == errc::retryable_exception ||
-           (said          ? said->retry
-            : p_.retry_if ? p_.retry_if(ec)
-                          : default_retry_if(ec));
+    // One look at the category (an out-of-line call), not one per code compared.
+    if (ec.category() == retry_category()) {
+      switch (static_cast<errc>(ec.value())) {
+      case errc::cancelled:
+        return false;
+      case errc::result_rejected:
+      case errc::attempt_timeout:
+      case errc::retryable_exception:
+        return true;
+      default:
+        break;
+      }
+    }
+    return said ? said->retry : p_.retry_if ? p_.retry_if(ec) : default_retry_if(ec);
   }
 
   /// The one verdict on an attempt that was sent: `ec` empty on success; `cut` when the deadline
