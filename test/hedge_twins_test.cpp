@@ -230,6 +230,35 @@ TEST_CASE("a hedge whose loser is still running when the winner returns frees it
   CHECK(counts->deallocations.load() == counts->allocations.load());
 }
 
+TEST_CASE("a hedge started with a shared_policy holds the shared policy, not a copy of it, as "
+          "async_retry does") {
+  // The state is the largest allocation through the handler's allocator: with a shared_policy
+  // it is smaller by the retry_policy a copy would have put in it (less the shared_policy's own
+  // pointer and control-block reference).
+  auto largest_state = [](const auto& policy) {
+    manual_clock::reset();
+    auto counts = std::make_shared<allocation_counts>();
+    asio::io_context io;
+    scripted_op op{{fail(refused), succeed(5)}};
+    int value = 0;
+    coretry::async_hedge<manual_timer>(
+        io.get_executor(), [&] { return op(); }, policy, sequential(),
+        asio::bind_allocator(counting_allocator<void>(counts), [&](error_code ec, int v) {
+          CHECK_FALSE(ec);
+          value = v;
+        }));
+    drive(io, [] { return false; });
+    CHECK(value == 5);
+    CHECK(counts->deallocations.load() == counts->allocations.load());
+    return counts->largest.load();
+  };
+  const retry_policy p{.max_attempts = 3};
+  const coretry::shared_policy shared{p};
+  const std::size_t copied = largest_state(p);
+  const std::size_t held = largest_state(shared);
+  CHECK(held + sizeof(retry_policy) - sizeof(coretry::shared_policy) <= copied);
+}
+
 // --- 3. The order of the observer's events ----------------------------------------------------
 
 namespace {

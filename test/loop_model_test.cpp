@@ -12,6 +12,7 @@
 // environment; a failure prints the seed of the operation that broke, which alone replays it.
 
 #include <coretry/budget.hpp>
+#include <coretry/detail/deadline_queue.hpp>
 #include <coretry/overload.hpp>
 #include <coretry/retry.hpp>
 #include <coretry/testing/manual_clock.hpp>
@@ -355,10 +356,20 @@ std::string run_one(std::uint64_t seed) {
     int completions = 0;
     std::error_code got;
     nanoseconds ended{0};
+    // The hedge model's rule (chaos/hedge_model_test.cpp; docs/core.md, "The deadline queue"):
+    // when the handler runs, the operation has left no wait of its own on the clock (only the
+    // canceller's may be there) and no entry in the context's deadline queue; the queue may keep
+    // its one wait, which lingers a few turns, and is gone once the context has nothing to do.
+    auto& queue = coretry::detail::deadline_queue<manual_timer>::of(io.get_executor());
+    bool canceller_waiting = false;
+    std::size_t waits_left = 0, entries_left = 0;
     auto done = [&](std::error_code ec) {
       ++completions;
       got = ec;
       ended = manual_clock::now().time_since_epoch();
+      const std::size_t waits = manual_clock::pending() - (queue.waiting() ? 1 : 0);
+      waits_left = canceller_waiting && waits > 0 ? waits - 1 : waits;
+      entries_left = queue.size();
     };
     std::vector<std::unique_ptr<manual_timer>> timers;
     // Each front end with each attempt shape, chosen by the seed apart from the scenario.
@@ -399,7 +410,9 @@ std::string run_one(std::uint64_t seed) {
     manual_timer canceller(io);
     if (s.cancel_at) {
       canceller.expires_after(*s.cancel_at);
+      canceller_waiting = true;
       canceller.async_wait([&](std::error_code ec) {
+        canceller_waiting = false;
         if (!ec)
           cancel.emit(asio::cancellation_type::terminal);
       });
@@ -409,6 +422,12 @@ std::string run_one(std::uint64_t seed) {
     io.restart();
     io.poll();
     check(completions == 1, "completions " + std::to_string(completions));
+    check(waits_left == 0,
+          std::to_string(waits_left) + " waits left on the clock at the completion");
+    check(entries_left == 0,
+          std::to_string(entries_left) + " deadline-queue entries left at the completion");
+    check(manual_clock::pending() == 0,
+          std::to_string(manual_clock::pending()) + " waits left once the context ran out of work");
     check(stats.attempts <= s.max_attempts, "attempts past max_attempts");
     check(stats.attempts == starts.size(), "stats.attempts differs from the attempts started");
     if (s.deadline) {

@@ -183,7 +183,7 @@ template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAU
 requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge = hedge_options()) {
   return detail::hedge_entry<Timer, detail::op_result_t<Op>>(
-      std::move(op), detail::policy_copy(std::forward<Policy>(policy)), std::move(hedge), nullptr);
+      std::move(op), detail::hedge_policy(std::forward<Policy>(policy)), std::move(hedge), nullptr);
 }
 
 /// As above, and fills `stats`, which must outlive the operation.
@@ -194,7 +194,7 @@ template <class Timer = asio::steady_timer, class Op, class Policy CORETRY_DEFAU
 requires detail::policy_value<Policy> asio::awaitable<detail::op_result_t<Op>>
 hedge_async(Op op, Policy&& policy, hedge_options hedge, hedge_stats& stats) {
   return detail::hedge_entry<Timer, detail::op_result_t<Op>>(
-      std::move(op), detail::policy_copy(std::forward<Policy>(policy)), std::move(hedge), &stats);
+      std::move(op), detail::hedge_policy(std::forward<Policy>(policy)), std::move(hedge), &stats);
 }
 
 /// Runs `op` hedged on `executor`, reporting through any completion token. `policy` is a
@@ -222,7 +222,7 @@ requires detail::policy_value<Policy> && detail::token_for<CompletionToken, Op>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  CompletionToken&& token = CompletionToken()) {
   using value_type = detail::op_result_t<Op>;
-  retry_policy p = detail::policy_copy(std::forward<Policy>(policy));
+  auto p = detail::hedge_policy(std::forward<Policy>(policy));
   detail::check_hedge<value_type>(p, hedge);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_hedge<Timer, value_type, detail::deliver_error_code>{}, token, executor,
@@ -242,7 +242,7 @@ requires detail::policy_value<Policy> && detail::token_for<CompletionToken, Op>
 auto async_hedge(const Executor& executor, Op op, Policy&& policy, hedge_options hedge,
                  hedge_stats& stats, CompletionToken&& token = CompletionToken()) {
   using value_type = detail::op_result_t<Op>;
-  retry_policy p = detail::policy_copy(std::forward<Policy>(policy));
+  auto p = detail::hedge_policy(std::forward<Policy>(policy));
   detail::check_hedge<value_type>(p, hedge);
   return asio::async_initiate<CompletionToken, detail::error_signature_t<value_type>>(
       detail::initiate_hedge<Timer, value_type, detail::deliver_error_code>{}, token, executor,

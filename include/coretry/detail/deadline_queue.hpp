@@ -330,4 +330,13 @@ private:
   bool shut_down_ = false;
 };
 
+/// When an entry pushed now into a `Queue` is due, `limit` from now (never past the clock's end).
+template <class Queue>
+typename Queue::time_point due_after(std::chrono::nanoseconds limit) noexcept {
+  using qclock = typename Queue::clock_type;
+  const auto now = qclock::now();
+  const auto left = std::chrono::ceil<typename qclock::duration>(limit);
+  return left >= qclock::time_point::max() - now ? qclock::time_point::max() : now + left;
+}
+
 } // namespace coretry::detail

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The hedged operation: one state, attempts co_spawned beside each other in reused slots, each
-// with its own cancellation signal, and three kinds of timer (the next hedge or a paced send,
-// each attempt's timeout, the deadline). Private: include <coretry/hedge.hpp>.
+// with its own cancellation signal and its own entry in the context's deadline queue (its
+// attempt timeout; deadline_queue.hpp, retry_op's), one more entry for the deadline, and one
+// timer (the next hedge or a paced send). Private: include <coretry/hedge.hpp>.
+//
+// Not yet the composed retry operation (retry_op.hpp) in a hedging mode, which issue 28 asks
+// for: docs/engine_wip.md says what is shared so far and what is left.
 //
 // It runs on a strand, as retry_op's controlled path does, except on a context that runs one
 // thread only (`runs_on_one_thread`): there it runs on the context's executor itself. Everything
 // below runs there except the entry points that hop onto it (the caller's slot handler, a group
 // source's notice). The state is allocated with the handler's allocator and kept alive by
-// whatever may still call it: each attempt's frame, each pending timer wait, the posted start.
+// whatever may still call it: each attempt's frame, the pending timer wait, a due entry of the
+// deadline queue on its way to the strand, the start when it is posted.
 // Its outcome is decided once, when no attempt runs any more; the handler is called once the
 // last holder has let go and the state's memory is freed (`release`), as Asio's rule for
 // memory from a handler's allocator asks.
@@ -19,16 +24,20 @@
 // (`gate_grant`, `send_token`, `retry_charge`; reservation.hpp), the schedule's decisions and
 // its one verdict per attempt (`begin_attempt`, `pace`, `classify`, `report`, `stop`;
 // schedule.hpp), and the completion signatures, delivery, executor choice
-// (`runs_on_one_thread`, `with_serializing_executor`), outstanding work and cancellation steps
-// of retry_op.hpp.
+// (`runs_on_one_thread`, `with_serializing_executor`), the dispatched start (`running_here`,
+// `initiation_mark`), outstanding work, the handler's allocator on every intermediate handler,
+// `shared_policy` referenced rather than copied, the deadline queue, and cancellation steps of
+// retry_op.hpp.
 //
 // Built as retry_op is, in layers (docs/core.md, "What a call site costs to compile"):
-// `hedge_engine` holds the state and runs everything but what names the caller's handler or the
+// `hedge_engine` (per timer, result, held policy, strand and allocator type) holds the state
+// and runs everything but what names the caller's handler or the
 // operation; `hedge_delivery` adds the handler and delivers the outcome (`release`'s halves);
 // `hedge_state` adds the operation, and runs it as each attempt's coroutine (`attempt`). The
 // intermediate handlers are the namespace-scope steps below, which hold the state through the
 // non-template base `hedge_steps`: Asio's handler machinery (a post, a strand's queue, a timer's
-// wait, co_spawn) is instantiated once per timer, result and strand type, not once per call site.
+// wait, co_spawn) is instantiated once per timer, result, strand and allocator type, not once per
+// call site.
 // Each step costs one virtual call.
 
 #include <coretry/attempt.hpp>
@@ -57,11 +66,24 @@
 
 namespace coretry::detail {
 
-/// Checks everything that can be checked at the call.
-template <class T> void check_hedge(const retry_policy& p, const hedge_options& h) {
-  p.validate();
+/// Checks everything that can be checked at the call (a `retry_policy`, or a `shared_policy`:
+/// refused when empty).
+template <class T, class Policy> void check_hedge(const Policy& p, const hedge_options& h) {
+  check_policy(p);
   h.validate();
-  check_result_filter<T>(p);
+  check_result_filter<T>(policy_of(p));
+}
+
+/// What a hedge keeps of the policy it was given, as retry_op does: a `shared_policy` itself
+/// (referenced, not copied), else a `retry_policy` of its own (`policy_copy`).
+template <class P>
+using hedge_policy_t = std::conditional_t<std::is_same_v<std::remove_cvref_t<P>, shared_policy>,
+                                          shared_policy, retry_policy>;
+template <class P> hedge_policy_t<P> hedge_policy(P&& p) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<P>, shared_policy>)
+    return std::forward<P>(p);
+  else
+    return policy_copy(std::forward<P>(p));
 }
 
 /// Why the state cancelled a running attempt.
@@ -141,41 +163,42 @@ protected:
   ~hedge_steps() = default;
 };
 
-/// The deadline timer's wait.
+/// The deadline came due in the deadline queue (dispatched to the strand).
 struct hedge_deadline_step {
   hedge_steps::hedge_ptr s;
-  void operator()(std::error_code ec) const {
-    if (!ec)
-      s->deadline_due();
-  }
+  void operator()() const { s->deadline_due(); }
 };
 
-/// The hedge timer's wait (the next hedge, or a paced send).
-struct hedge_timer_step {
+/// The hedge timer's wait (the next hedge, or a paced send), with the handler's allocator.
+template <class Alloc> struct hedge_timer_step {
+  using allocator_type = Alloc;
   hedge_steps::hedge_ptr s;
   unsigned generation = 0;
+  [[no_unique_address]] Alloc alloc;
+  allocator_type get_allocator() const noexcept { return alloc; }
   void operator()(std::error_code ec) const {
     if (!ec)
       s->hedge_due(generation);
   }
 };
 
-/// An attempt timer's wait.
+/// An attempt's timeout came due in the deadline queue (dispatched to the strand).
 struct attempt_timer_step {
   hedge_steps::hedge_ptr s;
   hedge_slot* p = nullptr;
   std::uint64_t use = 0;
-  void operator()(std::error_code ec) const {
-    if (!ec)
-      s->attempt_timer_due(*p, use);
-  }
+  void operator()() const { s->attempt_timer_due(*p, use); }
 };
 
-/// An attempt's co_spawn completion (bound to the slot of the attempt's signal, which it keeps).
-struct attempt_spawned_step {
+/// An attempt's co_spawn completion (bound to the slot of the attempt's signal, which it keeps),
+/// with the handler's allocator.
+template <class Alloc> struct attempt_spawned_step {
+  using allocator_type = Alloc;
   hedge_steps::hedge_ptr s;
   hedge_slot* p = nullptr;
   std::shared_ptr<asio::cancellation_signal> keep;
+  [[no_unique_address]] Alloc alloc;
+  allocator_type get_allocator() const noexcept { return alloc; }
   void operator()(std::exception_ptr) const { s->attempt_freed(*p); }
 };
 
@@ -189,30 +212,55 @@ struct relaunch_step {
 /// The hedge's part that names neither the operation nor the caller's handler: everything but
 /// running an attempt (`attempt`) and delivering the outcome (`hedge_delivery`). Compiled
 /// once per timer, result and strand type, for every call site.
-template <class Timer, class T, class Strand>
-class hedge_engine : public hedge_steps,
-                     public cancellation_registration,
-                     public std::enable_shared_from_this<hedge_engine<Timer, T, Strand>> {
+template <class Timer, class T, class Policy, class Strand, class Alloc>
+class hedge_engine
+    : public hedge_steps,
+      public cancellation_registration,
+      public std::enable_shared_from_this<hedge_engine<Timer, T, Policy, Strand, Alloc>> {
 protected:
   using clock = typename Timer::clock_type;
   using timer_type = typename Timer::template rebind_executor<Strand>::other;
+  /// The context's queue of attempt deadlines (deadline_queue.hpp), retry_op's.
+  using queue_type =
+      deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
 
 public:
-  /// An attempt's share of the state, with its timer.
+  struct slot;
+  /// An entry in the deadline queue: a slot's attempt timeout, tagged with the slot's `use`, or
+  /// (`owner` null) the operation's deadline.
+  struct slot_entry final : queue_type::entry {
+    explicit slot_entry(hedge_engine& e, slot* s) noexcept : engine(&e), owner(s) {
+      this->claim = &hedge_engine::claim_entry;
+      this->fire = &hedge_engine::fire_entry;
+    }
+    hedge_engine* engine;
+    slot* owner;
+  };
+  /// An attempt's share of the state, with its entry in the deadline queue: one entry and one
+  /// cancellation signal per attempt in flight, as retry_op's one attempt has.
   struct slot : hedge_slot {
-    std::optional<timer_type> timer; ///< its attempt timeout
+    explicit slot(hedge_engine& e) noexcept : timeout(e, this) {}
+    slot_entry timeout; ///< its attempt timeout
   };
 
 protected:
-  hedge_engine(Strand strand, retry_policy policy, hedge_options hedge, hedge_stats* stats)
-      : strand_(std::move(strand)), policy_(std::move(policy)), hedge_(std::move(hedge)),
-        stats_(stats), hedge_timer_(strand_), origin_(make_origin<clock>(policy_, true)) {
+  hedge_engine(Strand strand, const Alloc& alloc, Policy policy, hedge_options hedge,
+               hedge_stats* stats)
+      : alloc_(alloc), strand_(std::move(strand)), held_policy_(std::move(policy)),
+        policy_(policy_of(held_policy_)), hedge_(std::move(hedge)), stats_(stats),
+        hedge_timer_(strand_), deadline_entry_(*this, nullptr),
+        origin_(make_origin<clock>(policy_, true)) {
     hears_ = origin_.hears;
     notify = &hedge_engine::notify_from_group;
     if (stats_)
       *stats_ = hedge_stats{};
   }
-  ~hedge_engine() { policy_.cancellation.detach(*this); }
+  ~hedge_engine() {
+    for (auto& sl : slots_)
+      queue_type::forget(sl->timeout); // a due entry is never called once the state is dying
+    queue_type::forget(deadline_entry_);
+    policy_.cancellation.detach(*this);
+  }
   hedge_engine(const hedge_engine&) = delete;
   hedge_engine& operator=(const hedge_engine&) = delete;
 
@@ -233,7 +281,7 @@ public:
   void slot_cancelled(ptr self) final {
     cancel_seen_.store(true, std::memory_order_release);
     const Strand strand = strand_;
-    asio::post(strand, cancel_step{std::move(self)});
+    asio::post(strand, allocated(alloc_, cancel_step{std::move(self)}));
   }
 
   void start() {
@@ -256,11 +304,9 @@ public:
       return;
     }
     if (sched_->has_deadline()) {
-      deadline_timer_.emplace(strand_);
       const nanoseconds left =
           std::max(nanoseconds::zero(), sched_->deadline() - read_clock<clock>(true));
-      deadline_timer_->expires_after(std::chrono::ceil<typename timer_type::duration>(left));
-      deadline_timer_->async_wait(hedge_deadline_step{this->shared_from_this()});
+      queue().push(deadline_entry_, due_after<queue_type>(left), 0);
     }
     try_launch({});
   }
@@ -269,8 +315,8 @@ public:
   void attempt_done(slot& sl, hedge_outcome<T> out) noexcept {
     sl.running = false;
     --in_flight_;
-    if (sl.timer)
-      sl.timer->cancel();
+    if (deadlines_)
+      deadlines_->remove(sl.timeout);
     const nanoseconds now = read_clock<clock>(true);
     if (!out.value && sl.cut == hedge_cut::timeout) {
       out.error = errc::attempt_timeout;
@@ -376,7 +422,7 @@ private:
   void relaunch(std::error_code trigger) {
     if (relaunch_depth_ >= max_inline_relaunch) {
       relaunch_posted_ = true;
-      asio::post(strand_, relaunch_step{this->shared_from_this(), trigger});
+      asio::post(strand_, allocated(alloc_, relaunch_step{this->shared_from_this(), trigger}));
       return;
     }
     ++relaunch_depth_;
@@ -428,7 +474,7 @@ private:
 
   slot& take_slot() {
     if (free_slots_.empty()) {
-      slots_.push_back(std::make_unique<slot>());
+      slots_.push_back(std::make_unique<slot>(*this));
       free_slots_.push_back(slots_.back().get());
     }
     slot& sl = *free_slots_.back();
@@ -523,21 +569,19 @@ private:
     charge.used();
     not_yet.used();
     if (policy_.attempt_timeout != unlimited) {
-      if (!sl.timer)
-        sl.timer.emplace(strand_);
-      sl.timer->expires_after(
-          std::chrono::ceil<typename timer_type::duration>(policy_.attempt_timeout));
-      sl.timer->async_wait(attempt_timer_step{this->shared_from_this(), &sl, sl.use});
+      // retry_op's way: the slot's entry is linked into the context's deadline queue, and
+      // unlinked when the attempt returns; only a timeout that comes due hops onto the strand.
+      queue().push(sl.timeout, due_after<queue_type>(policy_.attempt_timeout), sl.use);
     }
     // Armed before the attempt runs: one that ends at once, inline, cancels it on completion.
     if (hedge_.delay != nanoseconds::zero() && hedge_.delay != unlimited &&
         launched_ < policy_.max_attempts)
       arm_hedge_timer(hedge_.delay);
     // co_spawn dispatches: the attempt runs here until it first suspends, and may end here.
-    asio::co_spawn(
-        strand_, attempt(sl),
-        asio::bind_cancellation_slot(
-            sl.signal->slot(), attempt_spawned_step{this->shared_from_this(), &sl, sl.signal}));
+    asio::co_spawn(strand_, attempt(sl),
+                   asio::bind_cancellation_slot(
+                       sl.signal->slot(), attempt_spawned_step<Alloc>{this->shared_from_this(), &sl,
+                                                                      sl.signal, alloc_}));
     return true;
   }
 
@@ -554,7 +598,30 @@ private:
 
   void arm_hedge_timer(nanoseconds d) {
     hedge_timer_.expires_after(std::chrono::ceil<typename timer_type::duration>(d));
-    hedge_timer_.async_wait(hedge_timer_step{this->shared_from_this(), ++hedge_generation_});
+    hedge_timer_.async_wait(
+        hedge_timer_step<Alloc>{this->shared_from_this(), ++hedge_generation_, alloc_});
+  }
+
+  queue_type& queue() {
+    if (!deadlines_)
+      deadlines_ = &queue_type::of(inner_executor(strand_));
+    return *deadlines_;
+  }
+  static std::shared_ptr<void> claim_entry(typename queue_type::entry& e) noexcept {
+    return std::static_pointer_cast<void>(
+        static_cast<slot_entry&>(e).engine->weak_from_this().lock());
+  }
+  // Called by the queue, on a thread of the context, with the state kept alive by
+  // `claim_entry`'s reference: hops onto the strand, as retry_op's `fire_deadline` does.
+  static void fire_entry(typename queue_type::entry& e, std::uint64_t use) noexcept {
+    slot_entry& se = static_cast<slot_entry&>(e);
+    hedge_engine& self = *se.engine;
+    const Strand strand = self.strand_;
+    if (se.owner)
+      asio::dispatch(strand, allocated(self.alloc_,
+                                       attempt_timer_step{self.shared_from_this(), se.owner, use}));
+    else
+      asio::dispatch(strand, allocated(self.alloc_, hedge_deadline_step{self.shared_from_this()}));
   }
 
   void deadline_due() final { on_deadline(); }
@@ -684,8 +751,8 @@ private:
     completed_ = true;
     surface_exception(result_, last_exception_); // hedge_async rethrows it
     hedge_timer_.cancel();
-    if (deadline_timer_)
-      deadline_timer_->cancel();
+    if (deadlines_)
+      deadlines_->remove(deadline_entry_);
     policy_.cancellation.detach(*this);
     if (stats_)
       stats_->elapsed = read_clock<clock>(true) - start_;
@@ -704,22 +771,32 @@ private:
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<hedge_engine&>(r);
     self.cancel_seen_.store(true, std::memory_order_release);
-    asio::post(self.strand_, weak_cancel_step{std::weak_ptr<op_steps>(self.weak_from_this())});
+    asio::post(
+        self.strand_,
+        allocated(self.alloc_, weak_cancel_step{std::weak_ptr<op_steps>(self.weak_from_this())}));
   }
 
 protected:
   bool hears(observer_interest e) const noexcept { return listens(hears_, e); }
 
+public:
+  /// The handler's associated allocator, which every intermediate handler carries (a copy
+  /// each), as retry_op's do.
+  [[no_unique_address]] Alloc alloc_;
+
+protected:
   Strand strand_;
-  retry_policy policy_;
+  Policy held_policy_;         ///< a `retry_policy`, or the `shared_policy` that holds it
+  const retry_policy& policy_; ///< `held_policy_`'s
   hedge_options hedge_;
   hedge_stats* stats_;
-  observer_interest hears_{};     ///< asked of the observer once, by `make_origin`
-  std::optional<schedule> sched_; ///< refers to `policy_`
-  timer_type hedge_timer_;        ///< the next hedge, or the send token of a paced one
-  std::optional<timer_type> deadline_timer_;
+  observer_interest hears_{};                ///< asked of the observer once, by `make_origin`
+  std::optional<schedule> sched_;            ///< refers to `policy_`
+  timer_type hedge_timer_;                   ///< the next hedge, or the send token of a paced one
+  slot_entry deadline_entry_;                ///< the operation's deadline, in the deadline queue
   std::vector<std::unique_ptr<slot>> slots_; ///< as many as ever ran at once
   std::vector<slot*> free_slots_;            ///< of `slots_`, those no attempt holds
+  queue_type* deadlines_ = nullptr;          ///< found at the first timed attempt
   loop_result<T> result_;
   std::optional<stored_t<T>> last_rejected_; ///< the last result `retry_if_result` rejected
   std::error_code last_error_;
@@ -748,14 +825,17 @@ protected:
 /// The hedge's part that names the caller's handler but not the operation: it delivers the
 /// outcome (`release` calls `take_completion` and `post_completion`). Every call site with the
 /// same handler type (each `hedge_async` for one result type, say) shares it.
-template <class Timer, class T, class Strand, class Handler, class Executor, class Deliver>
-class hedge_delivery : public hedge_engine<Timer, T, Strand> {
-  using engine = hedge_engine<Timer, T, Strand>;
+template <class Timer, class T, class Policy, class Strand, class Handler, class Executor,
+          class Deliver>
+class hedge_delivery
+    : public hedge_engine<Timer, T, Policy, Strand, asio::associated_allocator_t<Handler>> {
+  using engine = hedge_engine<Timer, T, Policy, Strand, asio::associated_allocator_t<Handler>>;
 
 protected:
-  hedge_delivery(Strand strand, Handler handler, const Executor& ex, retry_policy policy,
+  hedge_delivery(Strand strand, Handler handler, const Executor& ex, Policy policy,
                  hedge_options hedge, hedge_stats* stats)
-      : engine(std::move(strand), std::move(policy), std::move(hedge), stats),
+      : engine(std::move(strand), asio::get_associated_allocator(handler), std::move(policy),
+               std::move(hedge), stats),
         handler_(std::move(handler)), executor_(ex) {
     // Until it completes, the operation keeps its handler's executor busy, as retry_op and
     // Asio's composed operations do: a handler bound to another context keeps that context's
@@ -819,15 +899,16 @@ protected:
 
 /// One hedged operation: the engine and the delivery with the operation `Op`, which it runs for
 /// each attempt (`attempt`).
-template <class Timer, class T, class Op, class Strand, class Handler, class Executor,
+template <class Timer, class T, class Op, class Policy, class Strand, class Handler, class Executor,
           class Deliver>
-class hedge_state final : public hedge_delivery<Timer, T, Strand, Handler, Executor, Deliver> {
-  using delivery = hedge_delivery<Timer, T, Strand, Handler, Executor, Deliver>;
+class hedge_state final
+    : public hedge_delivery<Timer, T, Policy, Strand, Handler, Executor, Deliver> {
+  using delivery = hedge_delivery<Timer, T, Policy, Strand, Handler, Executor, Deliver>;
   using typename delivery::completion;
   using typename delivery::slot;
 
 public:
-  hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, retry_policy policy,
+  hedge_state(Strand strand, Handler handler, const Executor& ex, Op op, Policy policy,
               hedge_options hedge, hedge_stats* stats)
       : delivery(std::move(strand), std::move(handler), ex, std::move(policy), std::move(hedge),
                  stats),
@@ -888,22 +969,22 @@ private:
 };
 
 template <class Timer, class T, class Deliver> struct initiate_hedge {
-  template <class Handler, class Op>
-  void operator()(Handler&& handler, handler_executor, Op op, retry_policy policy,
-                  hedge_options hedge, hedge_stats* stats) const {
+  template <class Handler, class Op, class Policy>
+  void operator()(Handler&& handler, handler_executor, Op op, Policy policy, hedge_options hedge,
+                  hedge_stats* stats) const {
     const auto ex = asio::get_associated_executor(handler);
     (*this)(std::forward<Handler>(handler), ex, std::move(op), std::move(policy), std::move(hedge),
             stats);
   }
 
-  template <class Handler, class Executor, class Op>
-  void operator()(Handler&& handler, const Executor& ex, Op op, retry_policy policy,
-                  hedge_options hedge, hedge_stats* stats) const {
+  template <class Handler, class Executor, class Op, class Policy>
+  void operator()(Handler&& handler, const Executor& ex, Op op, Policy policy, hedge_options hedge,
+                  hedge_stats* stats) const {
     auto user_slot = asio::get_associated_cancellation_slot(handler);
     auto launch = [&](const auto& exec) {
       using exec_type = std::decay_t<decltype(exec)>;
       using state_type =
-          hedge_state<Timer, T, Op, exec_type, std::decay_t<Handler>, Executor, Deliver>;
+          hedge_state<Timer, T, Op, Policy, exec_type, std::decay_t<Handler>, Executor, Deliver>;
       // One allocation for the state, with the handler's allocator, as retry_op makes its own;
       // `state_type::release` frees it before the handler is called.
       using alloc_type = typename std::allocator_traits<
@@ -922,8 +1003,16 @@ template <class Timer, class T, class Deliver> struct initiate_hedge {
       std::shared_ptr<state_type> s(
           raw, [alloc](state_type* p) noexcept { state_type::release(p, alloc); }, alloc);
       s->connect(user_slot);
-      // Never inline: even an operation that ends before its first attempt completes later.
-      asio::post(exec, resume_step<std::allocator<void>>{std::move(s), {}});
+      // retry_op's start (`retry_engine::start`): dispatched, so when this thread runs the
+      // operation's executor already the first attempts start inside the initiating function.
+      // The handler is never called from there: `release` always posts it.
+      if (running_here(exec)) {
+        const initiation_mark mark(s.get());
+        s->start();
+        return;
+      }
+      const auto a = s->alloc_;
+      asio::post(exec, resume_step<std::decay_t<decltype(a)>>{std::move(s), a});
     };
     // retry_op's choice (initiate_retry): no strand on a context that runs one thread only. A
     // hedge has more than one thing pending at once (its attempts, its timers), so it takes a
@@ -936,9 +1025,11 @@ template <class Timer, class T, class Deliver> struct initiate_hedge {
 };
 
 /// hedge_async's body: the initiation itself, awaited.
-template <class Timer, class T, class Op>
-asio::awaitable<T> hedge_entry(Op&& op, retry_policy&& policy, hedge_options&& hedge,
+/// `Policy`: a `retry_policy` or a `shared_policy` (`hedge_policy_t`), moved into the state.
+template <class Timer, class T, class Op, class Policy>
+asio::awaitable<T> hedge_entry(Op&& op, Policy&& policy, hedge_options&& hedge,
                                hedge_stats* stats) {
+  static_assert(!std::is_reference_v<Policy>);
   check_hedge<T>(policy, hedge);
   auto a = asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
       initiate_hedge<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},

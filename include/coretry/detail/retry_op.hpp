@@ -701,17 +701,11 @@ protected:
     if (!c.deadlines)
       c.deadlines = &queue_type::of(inner_executor(exec_));
     timed_out_ = false;
-    c.deadlines->push(c, due_after(limit), ++c.generation);
+    c.deadlines->push(c, due_after<queue_type>(limit), ++c.generation);
   }
   bool end_attempt() {
     ctl_->deadlines->remove(*ctl_);
     return timed_out_ && !cancelled_;
-  }
-  typename queue_type::time_point due_after(nanoseconds limit) const {
-    using qclock = typename queue_type::clock_type;
-    const auto now = qclock::now();
-    const auto left = std::chrono::ceil<typename qclock::duration>(limit);
-    return left >= qclock::time_point::max() - now ? qclock::time_point::max() : now + left;
   }
   static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
     return std::static_pointer_cast<void>(owner_of(e).weak_from_this().lock());
