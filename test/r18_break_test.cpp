@@ -617,3 +617,31 @@ TEST_CASE("r18: an allocator that throws while a hedge re-arms its timer after a
     CHECK(ok);
   }
 }
+
+// Defect, the same mechanism without the hedge timer: a copy that fails at once is relaunched
+// from `attempt_done` (noexcept); past `max_inline_relaunch` nested relaunches the next one is
+// posted with the handler's allocator (`relaunch`), and a throw there ends the process too.
+TEST_CASE("r18: an allocator that throws while a hedge posts a relaunch does not terminate the "
+          "process" *
+          doctest::may_fail()) {
+  for (int limit = 2; limit <= 3; ++limit) {
+    CAPTURE(limit);
+    const bool ok = survives([limit] {
+      asio::io_context io(1);
+      auto counts = std::make_shared<allocation_counts>();
+      auto fails_now = []() -> asio::awaitable<int> { throw std::system_error(refused); };
+      coretry::async_hedge(io.get_executor(), fails_now, retry_policy{.max_attempts = 40},
+                           hedge_options{.delay = 0ns, .max_copies = 1},
+                           asio::bind_allocator(limited_allocator<void>(counts, limit),
+                                                [](std::error_code, int) {}));
+      for (;;) {
+        try {
+          io.run();
+          break;
+        } catch (...) {
+        }
+      }
+    });
+    CHECK(ok);
+  }
+}
