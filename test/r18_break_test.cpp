@@ -645,3 +645,38 @@ TEST_CASE("r18: an allocator that throws while a hedge posts a relaunch does not
     CHECK(ok);
   }
 }
+
+TEST_CASE("r18: hedge_async awaited from a strand of a two-thread context starts inside the "
+          "coroutine's turn and completes every time") {
+  asio::io_context io;
+  auto strand = asio::make_strand(io);
+  std::atomic<int> done{0}, wrong{0};
+  constexpr int n = 8;
+  for (int c = 0; c < n; ++c)
+    asio::co_spawn(
+        strand,
+        [&]() -> asio::awaitable<void> {
+          for (int i = 0; i < 20; ++i) {
+            int calls = 0;
+            auto op = [&calls]() -> asio::awaitable<int> {
+              if (++calls == 1)
+                throw std::system_error(refused);
+              co_return calls;
+            };
+            // Named, not braced temporaries in the co_await (g++ 12: STYLE.md).
+            const retry_policy p{.max_attempts = 3, .deadline = 1h, .attempt_timeout = 1h};
+            const hedge_options h{.delay = 0ns, .max_copies = 2};
+            const int v = co_await coretry::hedge_async(op, p, h);
+            if (v < 2)
+              ++wrong;
+          }
+          ++done;
+        },
+        asio::detached);
+  std::thread a([&] { io.run(); });
+  std::thread b([&] { io.run(); });
+  a.join();
+  b.join();
+  CHECK(done == n);
+  CHECK(wrong == 0);
+}
