@@ -270,8 +270,8 @@ TEST_CASE("a classifier's hint holds for its own attempt only, whether the attem
           "or not") {
   // An attempt that takes no `attempt_context` runs with the loop's 8-byte `context_free`; one
   // that takes it, with the full context. The hint must be forgotten at each new attempt alike.
-  static_assert(std::is_same_v<coretry::detail::context_for<scripted_op>,
-                               coretry::detail::context_free>);
+  static_assert(
+      std::is_same_v<coretry::detail::context_for<scripted_op>, coretry::detail::context_free>);
   auto with_context = [](coretry::attempt_context&) -> asio::awaitable<int> { co_return 1; };
   static_assert(std::is_same_v<coretry::detail::context_for<decltype(with_context)>,
                                coretry::attempt_context>);
@@ -292,8 +292,7 @@ TEST_CASE("a classifier's hint holds for its own attempt only, whether the attem
     outcome o;
     if (takes_context)
       coretry::async_retry<manual_timer>(
-          io.get_executor(), [&](coretry::attempt_context&) { return op(); }, p, stats,
-          record(o));
+          io.get_executor(), [&](coretry::attempt_context&) { return op(); }, p, stats, record(o));
     else
       coretry::async_retry<manual_timer>(
           io.get_executor(), [&] { return op(); }, p, stats, record(o));

@@ -848,11 +848,10 @@ protected:
 /// outcome; the rest is the engine's.
 template <class Timer, class T, class Op, class Policy, class Exec, class Executor, class Handler,
           class Deliver>
-class retry_op final
-    : public retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>,
-                          context_for<Op>> {
-  using engine = retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>,
-                              context_for<Op>>;
+class retry_op final : public retry_engine<Timer, T, Policy, Exec,
+                                           asio::associated_allocator_t<Handler>, context_for<Op>> {
+  using engine =
+      retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>, context_for<Op>>;
   using engine::alloc_;
   using engine::attempt_done;
   using engine::attempt_live;
