@@ -954,9 +954,8 @@ private:
       } else {
         shape::take(out, co_await shape::await_outcome(s->op_, ctx));
       }
-    } catch (...) {
-      take_current_exception(out);
     }
+    CORETRY_DETAIL_CATCH_OUTCOME(out)
     out.attributes = ctx.attributes();
     out.retry_after = ctx.retry_after();
     out.health_code = ctx.health_code();

@@ -476,9 +476,8 @@ asio::awaitable<T> retry_loop(Op op, Policy held, retry_stats* stats, op_origin 
         } else {
           shape::take(core.result(), co_await shape::await_outcome(op, core.context()));
         }
-      } catch (...) {
-        take_current_exception(core.result());
       }
+      CORETRY_DETAIL_CATCH_OUTCOME(core.result())
       if (core.ended(false, cs.cancelled() != asio::cancellation_type::none ||
                                 core.policy().cancellation.cancelled()) == next_step::done)
         break;

@@ -936,9 +936,8 @@ private:
       } else {
         shape::take(r, co_await shape::await_outcome(s->op_, s->core_.context()));
       }
-    } catch (...) {
-      take_current_exception(r);
     }
+    CORETRY_DETAIL_CATCH_OUTCOME(r)
     // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
     // posts once and lets that post throw, out of io_context::run, if the attempt was cut.
     co_await asio::this_coro::throw_if_cancelled(false);
