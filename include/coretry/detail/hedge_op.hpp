@@ -211,7 +211,7 @@ struct relaunch_step {
 
 /// The hedge's part that names neither the operation nor the caller's handler: everything but
 /// running an attempt (`attempt`) and delivering the outcome (`hedge_delivery`). Compiled
-/// once per timer, result and strand type, for every call site.
+/// once per timer, result, held policy, strand and allocator type, for every call site.
 template <class Timer, class T, class Policy, class Strand, class Alloc>
 class hedge_engine
     : public hedge_steps,
