@@ -119,8 +119,8 @@ struct constrained {
   requires(!std::is_same_v<C, attempt_context>) asio::awaitable<int>
   operator()(C&) { throw std::logic_error("constrained overload called"); }
   asio::awaitable<int> operator()() {
-    attempt_context scratch(0);
-    return c->run(scratch); // its hint goes nowhere
+    attempt_context scratch(0);         // in this coroutine's frame: it outlives the awaited run
+    co_return co_await c->run(scratch); // its hint goes nowhere
   }
 };
 
@@ -143,7 +143,8 @@ TEST_CASE("r18: every spelling of a context-taking awaitable attempt has its hin
   auto by_value = [](std::shared_ptr<hint_counter> c) {
     // Takes a copy: its hint is written to the copy, so the loop cannot see it (documented as a
     // reference parameter; kept here as what it does).
-    return [c](attempt_context ctx) -> asio::awaitable<int> { return c->run(ctx); };
+    // A coroutine, so that the copy lives in its frame while `run` uses it.
+    return [c](attempt_context ctx) -> asio::awaitable<int> { co_return co_await c->run(ctx); };
   };
   for (int path = 0; path < 2; ++path) {
     CAPTURE(path);
