@@ -45,9 +45,9 @@ struct batch_notice_ops {
 /// the links into one list per context (a few contexts at most; further ones are notified one by
 /// one) and posts one `cancellation_batch` per context, through one of its operations. The batch
 /// runs on that context, takes its links a chunk at a time under the lock (each unlinked, its
-/// operation pinned unless it is dying already), and notifies each one there: no allocation, post or lock per
-/// operation on the cancelling thread. A batch that never runs (its context is destroyed) leaves
-/// its links to be unlinked by their owners as they die.
+/// operation pinned unless it is dying already), and notifies each one there: no allocation,
+/// post or lock per operation on the cancelling thread. A batch that never runs (its context is
+/// destroyed) leaves its links to be unlinked by their owners as they die.
 ///
 /// Either way `cancellation_token::detach` waits for a notice in progress and unlinks from
 /// whichever list holds the link: an owner that unlinks itself before it dies (it must) is
