@@ -520,6 +520,7 @@ protected:
     asio::cancellation_signal signal;
     queue_type* deadlines = nullptr; ///< found at the first timed attempt
     std::uint64_t generation = 0;    ///< of the timed attempt in flight
+    bool grouped = false; ///< linked to the group source (`attach` succeeded), until unlinked
   };
   static retry_engine& owner_of(cancellation_registration& r) noexcept {
     return static_cast<control&>(r).owner;
@@ -645,8 +646,8 @@ protected:
     if (signal_) {
       armed_ = true;
       if (!cancelled_ && p.cancellation.can_be_cancelled()) {
-        grouped_ = p.cancellation.attach(*ctl_);
-        cancelled_ = !grouped_;
+        ctl_->grouped = p.cancellation.attach(*ctl_);
+        cancelled_ = !ctl_->grouped;
       }
     }
     core_.started();
@@ -729,8 +730,8 @@ protected:
   /// that dies uncompleted (its context torn down). After the first unlink the link is in no
   /// list, so no notice can be in progress on it and the source's lock need not be taken again.
   void unlink_group() noexcept {
-    if (grouped_) {
-      grouped_ = false;
+    if (ctl_->grouped) {
+      ctl_->grouped = false;
       policy_of(policy_).cancellation.detach(*ctl_);
     }
   }
@@ -833,8 +834,7 @@ protected:
   std::uint64_t attempt_seq_ = 0;   ///< of the token attempt in flight
   bool running_ = false;
   bool timed_ = false;
-  bool armed_ = false;   ///< started: cancellable
-  bool grouped_ = false; ///< linked to the group source (`attach` succeeded), until unlinked
+  bool armed_ = false; ///< started: cancellable
   bool cancelled_ = false;
   /// Set by the caller's slot, from any thread, before it dispatches `cancel`.
   std::atomic<bool> cancel_seen_{false};
