@@ -971,6 +971,56 @@ TEST_CASE(
   }
 }
 
+// A spawned attempt cut before its coroutine began. co_spawn (Asio 1.24 to 1.27, Boost 1.81)
+// first dispatches itself onto the executor; on a strand of an `any_io_executor` that is a post.
+// A cancellation emitted in between made its entry point throw `operation_aborted` out of
+// `run()`, which ended the process (std::terminate on the thread); the old test above hit it in
+// about 5 runs of 100 under TSan. The cut now waits until the attempt begins (retry_op.hpp,
+// `cut_attempt`; hedge_op.hpp, `hedge_slot::begun`). Many rounds, each cancelled at once.
+TEST_CASE("break-batch: retries and hedges cut before their spawned attempt began complete once, "
+          "with nothing thrown out of run(), on a strand of an any_io_executor") {
+  for (int round = 0; round < 60; ++round) {
+    asio::io_context io(2);
+    auto work = asio::make_work_guard(io);
+    std::atomic<int> escaped{0};
+    auto runner = [&] {
+      for (;;) {
+        try {
+          io.run();
+          return;
+        } catch (...) {
+          escaped.fetch_add(1);
+        }
+      }
+    };
+    std::thread t1(runner);
+    std::thread t2(runner);
+    coretry::cancellation_source source;
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1h)};
+    p.cancellation = source.token();
+    const coretry::hedge_options h{.delay = 0ms};
+    counted c;
+    const asio::any_io_executor ex(asio::make_strand(asio::make_strand(io)));
+    int n = 0;
+    for (int i = 0; i < 20; ++i) {
+      coretry::async_retry(ex, hang_on_steady_timer, p, c);
+      coretry::async_hedge(ex, hang_on_steady_timer, p, h, c);
+      n += 2;
+    }
+    if (round % 3 == 1)
+      std::this_thread::sleep_for(std::chrono::microseconds(50 * (round % 7)));
+    source.cancel();
+    for (int i = 0; i < 3000 && c.calls->load() < n; ++i)
+      std::this_thread::sleep_for(1ms);
+    work.reset();
+    t1.join();
+    t2.join();
+    CHECK(escaped.load() == 0);
+    CHECK(c.calls->load() == n);
+    CHECK(c.aborted->load() == n);
+  }
+}
+
 // --- Token-based and deferred attempts (issue 20): the same exactly-once under fire -----------
 
 namespace {

@@ -128,6 +128,9 @@ struct hedge_slot {
   unsigned number = 0;
   hedge_cut cut = hedge_cut::none;
   bool running = false;
+  /// Its coroutine has begun. A cut before then is not emitted: the attempt sees `cut` when it
+  /// begins and ends at once (retry_op.hpp, `cut_attempt`, says why).
+  bool begun = false;
 };
 
 // --- The state as its intermediate handlers see it ---------------------------------------------
@@ -578,6 +581,7 @@ private:
         launched_ < policy_.max_attempts)
       arm_hedge_timer(hedge_.delay);
     // co_spawn dispatches: the attempt runs here until it first suspends, and may end here.
+    sl.begun = false;
     asio::co_spawn(strand_, attempt(sl),
                    asio::bind_cancellation_slot(
                        sl.signal->slot(), attempt_spawned_step<Alloc>{this->shared_from_this(), &sl,
@@ -716,7 +720,8 @@ private:
 
   void cut_one(hedge_slot& sl, hedge_cut why) {
     sl.cut = why;
-    sl.signal->emit(asio::cancellation_type::terminal);
+    if (sl.begun)
+      sl.signal->emit(asio::cancellation_type::terminal);
   }
 
   void cut_all(hedge_cut why) {
@@ -731,7 +736,7 @@ private:
         emit(*policy_.observer, hedge_abandoned_event{policy_.label, sl->number});
     }
     for (slot* sl : running)
-      if (sl->running)
+      if (sl->running && sl->begun)
         sl->signal->emit(asio::cancellation_type::terminal);
   }
 
@@ -947,15 +952,20 @@ private:
     using shape = attempt_shape<Op>; // attempt_shape.hpp
     hedge_outcome<T> out;
     attempt_context ctx(sl->number);
-    try {
-      if constexpr (shape::awaits_void) {
-        co_await shape::start(s->op_, ctx);
-        out.value.emplace();
-      } else {
-        shape::take(out, co_await shape::await_outcome(s->op_, ctx));
+    sl->begun = true;
+    if (sl->cut != hedge_cut::none) {
+      out.error = coretry::detail::aborted_error(); // cut before it began
+    } else {
+      try {
+        if constexpr (shape::awaits_void) {
+          co_await shape::start(s->op_, ctx);
+          out.value.emplace();
+        } else {
+          shape::take(out, co_await shape::await_outcome(s->op_, ctx));
+        }
       }
+      CORETRY_DETAIL_CATCH_OUTCOME(out)
     }
-    CORETRY_DETAIL_CATCH_OUTCOME(out)
     out.attributes = ctx.attributes();
     out.retry_after = ctx.retry_after();
     out.health_code = ctx.health_code();

@@ -521,6 +521,8 @@ protected:
     queue_type* deadlines = nullptr; ///< found at the first timed attempt
     std::uint64_t generation = 0;    ///< of the timed attempt in flight
     bool grouped = false; ///< linked to the group source (`attach` succeeded), until unlinked
+    /// A spawned attempt whose coroutine has not begun: a cut is not emitted (`cut_attempt`).
+    bool spawn_pending = false;
   };
   static retry_engine& owner_of(cancellation_registration& r) noexcept {
     return static_cast<control&>(r).owner;
@@ -764,7 +766,7 @@ protected:
     assert(on_exec());
     if (armed_ && in_attempt_ && ctl_->generation == g && !cancelled_) {
       timed_out_ = true;
-      signal_->emit(asio::cancellation_type::terminal);
+      cut_attempt();
     }
   }
 
@@ -789,8 +791,31 @@ protected:
     if (sleeping_)
       timer_->cancel();
     else if (in_attempt_)
-      signal_->emit(asio::cancellation_type::terminal);
+      cut_attempt();
     // else: between steps (a posted resume); the top of the loop sees it
+  }
+
+  /// Cuts the attempt in flight through its signal, or, for a spawned attempt whose coroutine has
+  /// not begun, leaves the cut to `spawned_begins`. Asio 1.24 to 1.27 (Boost 1.81) co_spawn
+  /// first dispatches itself onto the executor, which for some executors (a strand of an
+  /// `any_io_executor`) is a post; a cancellation emitted before it resumes makes its entry
+  /// point throw `operation_aborted` out of `run()` (std::terminate on a thread).
+  void cut_attempt() {
+    if (!ctl_->spawn_pending)
+      signal_->emit(asio::cancellation_type::terminal);
+  }
+  /// Before a controlled operation co_spawns its attempt.
+  void spawning() noexcept {
+    if (ctl_)
+      ctl_->spawn_pending = true;
+  }
+  /// First thing in a spawned attempt's coroutine, on `Exec`: true when the attempt was cut
+  /// (cancelled or timed out) before it began, and so must end at once without running.
+  bool spawned_begins() noexcept {
+    if (!ctl_)
+      return false;
+    ctl_->spawn_pending = false;
+    return cancelled_ || timed_out_;
   }
 
   // Always a post: the source may be cancelled from a hook running on this very executor. Weak:
@@ -922,6 +947,7 @@ private:
       // co_spawn itself (1.22 to 1.38) does not use its handler's allocator; the handler carries
       // it all the same, for whatever does.
       asio::cancellation_slot attempt_slot = signal_ ? signal_->slot() : asio::cancellation_slot();
+      this->spawning();
       asio::co_spawn(ex, run_attempt(raw),
                      spawned_attempt_step<allocator_type>{std::move(self), attempt_slot, alloc_});
     }
@@ -929,6 +955,10 @@ private:
 
   static asio::awaitable<void> run_attempt(retry_op* s) {
     loop_result<T>& r = s->core_.result();
+    if (s->spawned_begins()) {
+      r.error = coretry::detail::aborted_error(); // cut before it began (see `cut_attempt`)
+      co_return;
+    }
     try {
       if constexpr (shape::awaits_void) {
         co_await shape::start(s->op_, s->core_.context());
