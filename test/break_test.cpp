@@ -971,12 +971,16 @@ TEST_CASE(
   }
 }
 
-// A spawned attempt cut before its coroutine began. co_spawn (Asio 1.24 to 1.27, Boost 1.81)
-// first dispatches itself onto the executor; on a strand of an `any_io_executor` that is a post.
-// A cancellation emitted in between made its entry point throw `operation_aborted` out of
-// `run()`, which ended the process (std::terminate on the thread); the old test above hit it in
-// about 5 runs of 100 under TSan. The cut now waits until the attempt begins (retry_op.hpp,
-// `cut_attempt`; hedge_op.hpp, `hedge_slot::begun`). Many rounds, each cancelled at once.
+// A spawned attempt cut before its coroutine began. co_spawn (Boost 1.81's Asio 1.26) first
+// dispatches itself onto the executor and, when the coroutine it runs ends without a context
+// switch, posts once more before completing; if the attempt's slot was emitted before the first
+// dispatch resumed, the coroutine never ran (so never turned `throw_if_cancelled` off) and that
+// last post threw `operation_aborted` out of `run()`: std::terminate on the thread. The test
+// above hit it in about 5 runs of 100 under TSan (an attempt on a `strand<io_context::executor>`,
+// co_spawned on its strand, cancelled before its coroutine entered), 0 of 100 since the cut waits
+// until the attempt begins (retry_op.hpp, `cut_attempt`; hedge_op.hpp, `hedge_slot::begun`).
+// This test did not reproduce it: it checks the same exactly-once for retries and hedges,
+// cancelled at once, and that nothing leaves `run()`.
 TEST_CASE("break-batch: retries and hedges cut before their spawned attempt began complete once, "
           "with nothing thrown out of run(), on a strand of an any_io_executor") {
   for (int round = 0; round < 60; ++round) {
