@@ -2,8 +2,10 @@
 // r18's probes of two changes: the retry loop's `context_free` (f3acc9b: an operation that takes
 // no attempt_context holds only the classifier's hint), and the hedge on the deadline queue with
 // a referenced `shared_policy`, the handler's allocator and a dispatched start (c1ac0d5,
-// df8da3d). Manual clock, except where a case says why it runs real timers or threads (none of
-// them times anything: zero or hour-long waits only).
+// df8da3d); then the fix of the gap r18 found there, an allocator that throws inside a step that
+// may not throw (issue 28), for every such step of the retry operation and the hedge. Manual
+// clock, except where a case says why it runs real timers or threads (none of them times
+// anything: zero or hour-long waits only).
 
 #include <coretry/classify.hpp>
 #include <coretry/hedge.hpp>
@@ -17,8 +19,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -26,9 +28,6 @@
 #include <system_error>
 #include <thread>
 #include <vector>
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 using namespace std::chrono_literals;
 using namespace coretry::test;
@@ -542,111 +541,6 @@ TEST_CASE("r18: a group cancellation from another thread ends every hedge on a t
   }
 }
 
-namespace {
-
-/// An allocator that serves `limit` allocations, then throws `std::bad_alloc` (an arena that
-/// ran out), counting into `counts`.
-template <class T> struct limited_allocator {
-  using value_type = T;
-  std::shared_ptr<allocation_counts> counts;
-  int limit = 0;
-  limited_allocator(std::shared_ptr<allocation_counts> c, int l) noexcept
-      : counts(std::move(c)), limit(l) {}
-  template <class U>
-  limited_allocator(const limited_allocator<U>& other) noexcept
-      : counts(other.counts), limit(other.limit) {}
-  T* allocate(std::size_t n) {
-    if (counts->allocations >= limit)
-      throw std::bad_alloc();
-    ++counts->allocations;
-    return std::allocator<T>().allocate(n);
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    ++counts->deallocations;
-    std::allocator<T>().deallocate(p, n);
-  }
-  template <class U> bool operator==(const limited_allocator<U>& other) const noexcept {
-    return counts == other.counts;
-  }
-};
-
-/// Runs `f` in a child process; true when the child exited normally with status 0 (false when
-/// it was killed: `std::terminate`'s abort).
-template <class F> bool survives(F f) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::alarm(20); // a child that hangs is killed, and counts as not surviving
-    try {
-      f();
-    } catch (...) {
-    }
-    std::_Exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-} // namespace
-
-// Defect: since df8da3d the hedge timer's wait carries the handler's allocator, and it is armed
-// from `attempt_done` (noexcept), through `relaunch` -> `launch` -> `arm_hedge_timer`. An
-// allocator that throws there (an arena that ran out) ends the process in std::terminate. It
-// should end the operation (unexpected_exception, or at worst an exception out of run(), as an
-// Asio composed operation does), as retry_op's `sleep` catches what `async_wait` throws.
-TEST_CASE("r18: an allocator that throws while a hedge re-arms its timer after a failure does "
-          "not terminate the process" *
-          doctest::may_fail()) {
-  for (int limit = 2; limit <= 6; ++limit) {
-    CAPTURE(limit);
-    const bool ok = survives([limit] {
-      asio::io_context io(1);
-      auto counts = std::make_shared<allocation_counts>();
-      auto fails_now = []() -> asio::awaitable<int> { throw std::system_error(refused); };
-      coretry::async_hedge(io.get_executor(), fails_now, retry_policy{.max_attempts = 4},
-                           hedge_options{.delay = 1h, .max_copies = 2},
-                           asio::bind_allocator(limited_allocator<void>(counts, limit),
-                                                [](std::error_code, int) {}));
-      for (;;) {
-        try {
-          io.run();
-          break;
-        } catch (...) {
-        }
-      }
-    });
-    CHECK(ok);
-  }
-}
-
-// Defect, the same mechanism without the hedge timer: a copy that fails at once is relaunched
-// from `attempt_done` (noexcept); past `max_inline_relaunch` nested relaunches the next one is
-// posted with the handler's allocator (`relaunch`), and a throw there ends the process too.
-TEST_CASE("r18: an allocator that throws while a hedge posts a relaunch does not terminate the "
-          "process" *
-          doctest::may_fail()) {
-  for (int limit = 2; limit <= 3; ++limit) {
-    CAPTURE(limit);
-    const bool ok = survives([limit] {
-      asio::io_context io(1);
-      auto counts = std::make_shared<allocation_counts>();
-      auto fails_now = []() -> asio::awaitable<int> { throw std::system_error(refused); };
-      coretry::async_hedge(io.get_executor(), fails_now, retry_policy{.max_attempts = 40},
-                           hedge_options{.delay = 0ns, .max_copies = 1},
-                           asio::bind_allocator(limited_allocator<void>(counts, limit),
-                                                [](std::error_code, int) {}));
-      for (;;) {
-        try {
-          io.run();
-          break;
-        } catch (...) {
-        }
-      }
-    });
-    CHECK(ok);
-  }
-}
-
 TEST_CASE("r18: hedge_async awaited from a strand of a two-thread context starts inside the "
           "coroutine's turn and completes every time") {
   asio::io_context io;
@@ -680,4 +574,267 @@ TEST_CASE("r18: hedge_async awaited from a strand of a two-thread context starts
   b.join();
   CHECK(done == n);
   CHECK(wrong == 0);
+}
+
+// --- 3. An allocator that throws (issue 28) ----------------------------------------------------
+
+namespace {
+
+/// What passes through a `limited_allocator` and all its copies and rebinds.
+struct limited_counts {
+  int served = 0;   ///< allocations
+  int refused = 0;  ///< allocations refused with `std::bad_alloc`
+  int returned = 0; ///< deallocations
+};
+
+/// An allocator that serves `limit` allocations, then throws `std::bad_alloc` (an arena that
+/// ran out).
+template <class T> struct limited_allocator {
+  using value_type = T;
+  std::shared_ptr<limited_counts> counts;
+  int limit = 0;
+  limited_allocator(std::shared_ptr<limited_counts> c, int l) noexcept
+      : counts(std::move(c)), limit(l) {}
+  template <class U>
+  limited_allocator(const limited_allocator<U>& other) noexcept
+      : counts(other.counts), limit(other.limit) {}
+  T* allocate(std::size_t n) {
+    if (counts->served >= limit) {
+      ++counts->refused;
+      throw std::bad_alloc();
+    }
+    ++counts->served;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    ++counts->returned;
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U> bool operator==(const limited_allocator<U>& other) const noexcept {
+    return counts == other.counts;
+  }
+};
+
+/// One operation run with a `limited_allocator` bound to its handler.
+struct limited_run {
+  outcome o;
+  bool initiated = false; ///< the initiating function returned (it throws when the state can't)
+  bool escaped = false;   ///< an exception left the context's run
+  limited_counts counts;
+};
+
+/// Starts an operation with `start(io, handler)` on a new `io_context(hint)`, the manual clock
+/// at zero and the handler bound to a `limited_allocator` of `limit`, then runs
+/// `drive_io(io, outcome)`. The context is gone before the counts are read.
+template <class Start, class Drive>
+limited_run run_limited(int limit, int hint, Start& start, Drive& drive_io) {
+  limited_run r;
+  auto counts = std::make_shared<limited_counts>();
+  manual_clock::reset();
+  {
+    asio::io_context io(hint);
+    try {
+      start(io, asio::bind_allocator(limited_allocator<void>(counts, limit), record(r.o)));
+      r.initiated = true;
+    } catch (const std::bad_alloc&) {
+    }
+    try {
+      drive_io(io, r.o);
+    } catch (...) {
+      r.escaped = true;
+    }
+  }
+  manual_clock::reset();
+  r.counts = *counts;
+  return r;
+}
+
+/// Runs the operation with an allocator that never runs out, then once for every allocation at
+/// which it can run out, on a context of one thread (no strand) and on one that may have more (a
+/// strand). Each time, unless its initiating function threw (the state itself could not be
+/// allocated), the operation completes exactly once, with the outcome it had (error, value, time
+/// on the manual clock); nothing leaves run(), and every block goes back. Without a fallback, a
+/// refusal in a `noexcept` step ends the process (std::terminate).
+template <class Start, class Drive> void check_every_limit(Start start, Drive drive_io) {
+  for (const int hint : {1, 2}) {
+    CAPTURE(hint);
+    const limited_run ref = run_limited(std::numeric_limits<int>::max(), hint, start, drive_io);
+    REQUIRE(ref.initiated);
+    REQUIRE(ref.o.completions == 1);
+    REQUIRE_FALSE(ref.escaped);
+    int completed_after_refusal = 0;
+    for (int limit = 0; limit < ref.counts.served; ++limit) {
+      CAPTURE(limit);
+      const limited_run r = run_limited(limit, hint, start, drive_io);
+      CHECK_FALSE(r.escaped);
+      CHECK(r.counts.returned == r.counts.served);
+      CHECK(r.counts.refused > 0);
+      if (!r.initiated) {
+        CHECK(r.o.completions == 0);
+        continue;
+      }
+      CHECK(r.o.completions == 1);
+      CHECK(r.o.error == ref.o.error);
+      CHECK(r.o.value == ref.o.value);
+      CHECK(r.o.at == ref.o.at);
+      ++completed_after_refusal;
+    }
+    CHECK(completed_after_refusal > 0);
+  }
+}
+
+/// Drives the manual clock until the operation completed, then until nothing is left.
+void drive_out(asio::io_context& io, outcome& o) {
+  drive(io, [&] { return o.completions > 0; });
+  drive(io, [] { return false; });
+}
+
+/// An attempt that fails at once with `refused`.
+asio::awaitable<int> refused_now() {
+  throw std::system_error(refused);
+}
+
+} // namespace
+
+// Once the first copy fails, `attempt_done` (noexcept) relaunches, and `launch` re-arms the hedge
+// timer: its wait must not throw there.
+TEST_CASE("r18: an allocator that throws while a hedge re-arms its timer after a failure neither "
+          "terminates the process nor changes the outcome") {
+  check_every_limit(
+      [](asio::io_context& io, auto handler) {
+        coretry::async_hedge(io.get_executor(), refused_now, retry_policy{.max_attempts = 4},
+                             hedge_options{.delay = 1h, .max_copies = 2}, std::move(handler));
+      },
+      [](asio::io_context& io, outcome&) { io.run(); });
+}
+
+// A copy that fails at once is relaunched from `attempt_done` (noexcept); past
+// `max_inline_relaunch` nested relaunches the next one is posted.
+TEST_CASE("r18: an allocator that throws while a hedge posts a relaunch neither terminates the "
+          "process nor changes the outcome") {
+  check_every_limit(
+      [](asio::io_context& io, auto handler) {
+        coretry::async_hedge(io.get_executor(), refused_now, retry_policy{.max_attempts = 40},
+                             hedge_options{.delay = 0ns, .max_copies = 1}, std::move(handler));
+      },
+      [](asio::io_context& io, outcome&) { io.run(); });
+}
+
+// The deadline queue calls `fire` (noexcept), which hops onto the operation's strand.
+TEST_CASE("an allocator that throws when an attempt timeout comes due in the deadline queue "
+          "neither terminates the process nor changes the outcome") {
+  SUBCASE("async_retry") {
+    check_every_limit(
+        [](asio::io_context& io, auto handler) {
+          retry_policy p{.max_attempts = 2, .attempt_timeout = 10ms};
+          p.backoff = coretry::backoff::fixed(5ms);
+          coretry::async_retry<manual_timer>(io.get_executor(), scripted_op{{hang()}}, p,
+                                             std::move(handler));
+        },
+        drive_out);
+  }
+  SUBCASE("async_hedge: attempt timeouts, then the deadline") {
+    check_every_limit(
+        [](asio::io_context& io, auto handler) {
+          coretry::async_hedge<manual_timer>(
+              io.get_executor(), scripted_op{{hang()}},
+              retry_policy{.max_attempts = 3, .deadline = 25ms, .attempt_timeout = 10ms},
+              hedge_options{.delay = 1h, .max_copies = 1}, std::move(handler));
+        },
+        drive_out);
+  }
+}
+
+// The caller's slot hops onto the operation's executor from the thread that emits.
+TEST_CASE("an allocator that throws when the caller's slot cancels neither terminates the process "
+          "nor loses the cancellation") {
+  asio::cancellation_signal sig;
+  auto cancel_then_drive = [&sig](asio::io_context& io, outcome& o) {
+    io.poll(); // started: the attempt waits an hour
+    sig.emit(asio::cancellation_type::terminal);
+    drive_out(io, o);
+  };
+  SUBCASE("async_retry") {
+    check_every_limit(
+        [&sig](asio::io_context& io, auto handler) {
+          sig.slot().clear();
+          coretry::async_retry<manual_timer>(
+              io.get_executor(), scripted_op{{hang()}}, retry_policy{.max_attempts = 2},
+              asio::bind_cancellation_slot(sig.slot(), std::move(handler)));
+        },
+        cancel_then_drive);
+  }
+  SUBCASE("async_hedge") {
+    check_every_limit(
+        [&sig](asio::io_context& io, auto handler) {
+          sig.slot().clear();
+          coretry::async_hedge<manual_timer>(
+              io.get_executor(), scripted_op{{hang()}}, retry_policy{.max_attempts = 2},
+              hedge_options{.delay = 1h, .max_copies = 2},
+              asio::bind_cancellation_slot(sig.slot(), std::move(handler)));
+        },
+        cancel_then_drive);
+  }
+}
+
+// A group's notice (`notify_from_group`, `notify_here`: noexcept) runs on the thread that calls
+// `cancel()` (noexcept), or inside the batch posted to the operation's context.
+TEST_CASE("an allocator that throws when a group cancels neither terminates the process nor loses "
+          "the cancellation") {
+  std::optional<coretry::cancellation_source> source;
+  auto cancel_then_drive = [&source](asio::io_context& io, outcome& o) {
+    io.poll(); // started and linked: the attempt waits an hour
+    source->cancel();
+    drive_out(io, o);
+  };
+  auto grouped = [&source] {
+    source.emplace();
+    retry_policy p{.max_attempts = 2};
+    p.cancellation = source->token();
+    return p;
+  };
+  SUBCASE("async_retry, in its context's batch") {
+    check_every_limit(
+        [&](asio::io_context& io, auto handler) {
+          coretry::async_retry<manual_timer>(io.get_executor(), scripted_op{{hang()}}, grouped(),
+                                             std::move(handler));
+        },
+        cancel_then_drive);
+  }
+  SUBCASE("async_retry, one by one") {
+    // Eight operations on eight more contexts, linked after this one: cancel() gives a batch to
+    // the first eight contexts it meets (newest first), and notifies this one by itself.
+    std::vector<std::unique_ptr<asio::io_context>> others;
+    check_every_limit(
+        [&](asio::io_context& io, auto handler) {
+          others.clear();
+          const retry_policy p = grouped();
+          coretry::async_retry<manual_timer>(io.get_executor(), scripted_op{{hang()}}, p,
+                                             std::move(handler));
+          for (int i = 0; i < 8; ++i) {
+            others.push_back(std::make_unique<asio::io_context>(1));
+            coretry::async_retry<manual_timer>(others.back()->get_executor(), scripted_op{{hang()}},
+                                               p, [](std::error_code, int) {});
+          }
+        },
+        [&](asio::io_context& io, outcome& o) {
+          io.poll();
+          for (auto& c : others)
+            c->poll();
+          source->cancel();
+          drive_out(io, o);
+          for (auto& c : others)
+            c->poll();
+          others.clear();
+        });
+  }
+  SUBCASE("async_hedge") {
+    check_every_limit(
+        [&](asio::io_context& io, auto handler) {
+          coretry::async_hedge<manual_timer>(io.get_executor(), scripted_op{{hang()}}, grouped(),
+                                             hedge_options{.delay = 1h, .max_copies = 2},
+                                             std::move(handler));
+        },
+        cancel_then_drive);
+  }
 }

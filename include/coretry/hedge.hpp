@@ -61,7 +61,10 @@
 /// thread.
 ///
 /// **Memory.** `async_hedge` allocates its state with the handler's associated allocator and
-/// frees it before the handler is called, as Asio's composed operations do.
+/// frees it before the handler is called, as Asio's composed operations do. Its intermediate
+/// handlers ask that allocator too, and the default heap when it throws: an allocator that has
+/// run out ends neither the process nor the operation (docs/core.md, "One operation, step by
+/// step").
 
 #include <coretry/detail/asio.hpp>
 #include <coretry/detail/braced_policy.hpp>

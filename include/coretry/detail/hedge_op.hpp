@@ -43,6 +43,7 @@
 #include <coretry/attempt.hpp>
 #include <coretry/cancellation.hpp>
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/fallback_allocator.hpp>
 #include <coretry/detail/reservation.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/detail/retry_op.hpp>
@@ -284,7 +285,8 @@ public:
   void slot_cancelled(ptr self) final {
     cancel_seen_.store(true, std::memory_order_release);
     const Strand strand = strand_;
-    asio::post(strand, allocated(alloc_, cancel_step{std::move(self)}));
+    // Never lost for want of memory (fallback_allocator.hpp).
+    asio::post(strand, allocated(with_fallback(alloc_), cancel_step{std::move(self)}));
   }
 
   void start() {
@@ -425,7 +427,8 @@ private:
   void relaunch(std::error_code trigger) {
     if (relaunch_depth_ >= max_inline_relaunch) {
       relaunch_posted_ = true;
-      asio::post(strand_, allocated(alloc_, relaunch_step{this->shared_from_this(), trigger}));
+      asio::post(strand_, allocated(with_fallback(alloc_),
+                                    relaunch_step{this->shared_from_this(), trigger}));
       return;
     }
     ++relaunch_depth_;
@@ -600,10 +603,12 @@ private:
     free_slots_.push_back(&sl);
   }
 
+  /// Armed from `attempt_done` too, where nothing may be thrown: the wait never fails for want
+  /// of memory (fallback_allocator.hpp), as none of the hedge's own hops does.
   void arm_hedge_timer(nanoseconds d) {
     hedge_timer_.expires_after(std::chrono::ceil<typename timer_type::duration>(d));
-    hedge_timer_.async_wait(
-        hedge_timer_step<Alloc>{this->shared_from_this(), ++hedge_generation_, alloc_});
+    hedge_timer_.async_wait(hedge_timer_step<fallback_t<Alloc>>{
+        this->shared_from_this(), ++hedge_generation_, with_fallback(alloc_)});
   }
 
   queue_type& queue() {
@@ -621,11 +626,12 @@ private:
     slot_entry& se = static_cast<slot_entry&>(e);
     hedge_engine& self = *se.engine;
     const Strand strand = self.strand_;
+    const auto a = with_fallback(self.alloc_);
     if (se.owner)
-      asio::dispatch(strand, allocated(self.alloc_,
-                                       attempt_timer_step{self.shared_from_this(), se.owner, use}));
+      asio::dispatch(strand,
+                     allocated(a, attempt_timer_step{self.shared_from_this(), se.owner, use}));
     else
-      asio::dispatch(strand, allocated(self.alloc_, hedge_deadline_step{self.shared_from_this()}));
+      asio::dispatch(strand, allocated(a, hedge_deadline_step{self.shared_from_this()}));
   }
 
   void deadline_due() final { on_deadline(); }
@@ -776,9 +782,9 @@ private:
   static void notify_from_group(cancellation_registration& r) noexcept {
     auto& self = static_cast<hedge_engine&>(r);
     self.cancel_seen_.store(true, std::memory_order_release);
-    asio::post(
-        self.strand_,
-        allocated(self.alloc_, weak_cancel_step{std::weak_ptr<op_steps>(self.weak_from_this())}));
+    asio::post(self.strand_,
+               allocated(with_fallback(self.alloc_),
+                         weak_cancel_step{std::weak_ptr<op_steps>(self.weak_from_this())}));
   }
 
 protected:
@@ -786,7 +792,7 @@ protected:
 
 public:
   /// The handler's associated allocator, which every intermediate handler carries (a copy
-  /// each), as retry_op's do.
+  /// each), as retry_op's do: the hedge's own hops as `fallback_t` (fallback_allocator.hpp).
   [[no_unique_address]] Alloc alloc_;
 
 protected:
@@ -868,8 +874,8 @@ protected:
       // deliver_step clears the caller's slot on the handler's executor, where the caller emits
       // into it, as retry_op does: clearing it on the operation's would race with an emit on the
       // caller's thread.
-      asio::dispatch(ex, allocated(a, deliver_step<Handler, T, Deliver>{std::move(handler),
-                                                                        std::move(result)}));
+      asio::dispatch(ex, allocated(with_fallback(a), deliver_step<Handler, T, Deliver>{
+                                                         std::move(handler), std::move(result)}));
     }
   };
   /// `release`'s first half, before the state is destroyed: a completed operation's handler, its
@@ -890,10 +896,11 @@ protected:
     try {
       // Through the operation's executor first: the holder that let go is still running there,
       // and shared_ptr frees its control block (that allocator's memory too) after this returns.
-      const auto a = asio::get_associated_allocator(done->handler);
+      // Never fails for want of the handler's allocator (fallback_allocator.hpp).
+      const auto a = with_fallback(asio::get_associated_allocator(done->handler));
       asio::post(*strand, allocated(a, std::move(*done)));
     } catch (...) {
-      // Nothing can be posted: the handler is destroyed uncalled, as at a teardown.
+      // The heap itself ran out: the handler is destroyed uncalled, as at a teardown.
     }
   }
 
@@ -1020,7 +1027,7 @@ template <class Timer, class T, class Deliver> struct initiate_hedge {
         s->start();
         return;
       }
-      const auto a = s->alloc_;
+      const auto a = with_fallback(s->alloc_); // never fails: `s` goes with it
       asio::post(exec, resume_step<std::decay_t<decltype(a)>>{std::move(s), a});
     };
     // retry_op's choice (initiate_retry): no strand on a context that runs one thread only. A

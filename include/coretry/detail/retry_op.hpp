@@ -40,6 +40,7 @@
 #include <coretry/cancellation.hpp>
 #include <coretry/detail/asio.hpp>
 #include <coretry/detail/deadline_queue.hpp>
+#include <coretry/detail/fallback_allocator.hpp>
 #include <coretry/detail/retry_loop.hpp>
 #include <coretry/error.hpp>
 #include <coretry/policy.hpp>
@@ -532,6 +533,8 @@ protected:
   }
   /// The handler's associated allocator, which every intermediate handler carries (a copy each,
   /// never a reference into the state: Asio may ask a handler for it after the state is gone).
+  /// The operation's own hops carry it as `fallback_t`, with the default heap behind it
+  /// (fallback_allocator.hpp); only a token attempt's handler carries it as it is.
   using allocator_type = Alloc;
   using frame = op_frame<Exec, T>;
   using frame::exec_;
@@ -617,7 +620,7 @@ protected:
     // the executor's queue (an emit from another thread, before the start ran).
     cancel_seen_.store(true, std::memory_order_release);
     const Exec ex = exec_;
-    const allocator_type a = alloc_;
+    const auto a = with_fallback(alloc_); // a cancellation is never lost for want of memory
     asio::dispatch(ex, allocated(a, cancel_step{std::move(p)}));
   }
 
@@ -631,8 +634,9 @@ protected:
     attempt_done(back(std::move(p)));
   }
 
-  resume_step<allocator_type> resumption(self_ptr self) const noexcept {
-    return {std::move(self), alloc_};
+  /// The handler of the posted start and of a sleep: it must not fail, `self` goes with it.
+  resume_step<fallback_t<allocator_type>> resumption(self_ptr self) const noexcept {
+    return {std::move(self), with_fallback(alloc_)};
   }
 
   bool cancelled() const noexcept {
@@ -757,10 +761,13 @@ protected:
   static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
     return std::static_pointer_cast<void>(owner_of(e).weak_from_this().lock());
   }
+  // Called by the queue, where nothing may be thrown: the hop never fails for want of memory
+  // (fallback_allocator.hpp).
   static void fire_deadline(typename queue_type::entry& e, std::uint64_t g) noexcept {
     retry_engine& self = owner_of(e);
     const Exec ex = self.exec_;
-    asio::dispatch(ex, allocated(self.alloc_, time_out_step{self.shared_from_this(), g}));
+    asio::dispatch(
+        ex, allocated(with_fallback(self.alloc_), time_out_step{self.shared_from_this(), g}));
   }
   void time_out(std::uint64_t g) override {
     assert(on_exec());
@@ -824,7 +831,7 @@ protected:
   static void notify_from_group(cancellation_registration& r) noexcept {
     retry_engine& self = owner_of(r);
     const Exec ex = self.exec_;
-    asio::post(ex, allocated(self.alloc_, weak_cancel_step{self.weak_from_this()}));
+    asio::post(ex, allocated(with_fallback(self.alloc_), weak_cancel_step{self.weak_from_this()}));
   }
 
   // Batched group notices (cancellation.hpp): one handler per execution context enters each
@@ -846,7 +853,8 @@ protected:
       self.cancel(); // on the one thread of the operation's context, the state pinned
     } else {
       const Exec ex = self.exec_;
-      asio::dispatch(ex, allocated(self.alloc_, weak_cancel_step{self.weak_from_this()}));
+      asio::dispatch(
+          ex, allocated(with_fallback(self.alloc_), weak_cancel_step{self.weak_from_this()}));
     }
   }
   static constexpr batch_notice_ops batch_ops{&post_batch, &handle, &notify_here};
@@ -982,8 +990,10 @@ private:
     [[maybe_unused]] auto work = std::move(handler_work_); // released after the dispatch
     const bool now = this->complete_now();
     self.reset(); // the state dies here, on the operation's side, unless a handler still holds it
+    // Never fails for want of memory: the handler goes with it (fallback_allocator.hpp).
     auto delivery = [&] {
-      return allocated(alloc, deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)});
+      return allocated(with_fallback(alloc),
+                       deliver_step<Handler, T, Deliver>{std::move(h), std::move(r)});
     };
     if (now) {
       // Decided inside the initiating function (a gate or a rate refused the first attempt, or
