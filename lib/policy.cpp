@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/loaded_rule.hpp>
 #include <coretry/detail/refuse.hpp>
 #include <coretry/policy.hpp>
 
@@ -43,8 +44,11 @@ void retry_policy::validate() const {
                    "endpoint's own: curl::client_options::resilience, or "
                    "endpoint_registry::apply; for one upstream use presets::overload_safe()");
   CORETRY_ALLOW_DEPRECATED_BEGIN // classify set beside a 0.2 predicate
-  if (classify) {
-    const char* mixed = retry_if             ? "retry_if"
+  // The config loader's rule is written both ways (detail/loaded_rule.hpp): its `retry_if` is
+  // no predicate of the caller's, and beside one of the caller's its `classify` stands aside.
+  if (classify && !detail::has_loaded_classify(*this)) {
+    const bool own_retry_if = retry_if && retry_if.target<detail::loaded_retry_if>() == nullptr;
+    const char* mixed = own_retry_if         ? "retry_if"
                         : pushback_if        ? "pushback_if"
                         : throttle_if        ? "throttle_if"
                         : result_filter      ? "result_filter (retry_if_result)"

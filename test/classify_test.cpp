@@ -417,3 +417,139 @@ TEST_CASE("a classifier beside a predicate it replaces is refused at the call") 
   io.run();
   CHECK(completions == 0);
 }
+
+// --- A decision may leave fields open (attempt_decision::given) -----------------------------
+
+// Every decision written field by field gives all four; the factories give fewer.
+static_assert(attempt_decision{}.gives(coretry::decision_fields::all));
+static_assert(attempt_decision{.retry = true}.given == coretry::decision_fields::all);
+static_assert(attempt_decision{
+    .retry = true, .pushback = true, .throttle = true, .retry_after = std::chrono::seconds(1)}
+                  .gives(coretry::decision_fields::all));
+static_assert(attempt_decision::no_opinion().given == coretry::decision_fields::none);
+static_assert(attempt_decision::only_retry(true).given == coretry::decision_fields::retry);
+static_assert(attempt_decision::only_retry(true).retry);
+static_assert(!attempt_decision::only_retry(false).retry);
+static_assert(std::is_aggregate_v<attempt_decision>);
+
+TEST_CASE("complete takes each field the decision gives from it, and the others from the "
+          "fallback") {
+  using coretry::decision_fields;
+  const attempt_decision fallback{
+      .retry = true, .pushback = true, .throttle = true, .retry_after = 5s};
+  // Nothing given: the fallback whole.
+  const attempt_decision none = coretry::complete(attempt_decision::no_opinion(), fallback);
+  CHECK(none.retry);
+  CHECK(none.pushback);
+  CHECK(none.throttle);
+  CHECK(none.retry_after == 5s);
+  CHECK(none.gives(decision_fields::all));
+  // Each field alone: that one from the decision (false, zero), the three others the fallback's.
+  const std::pair<decision_fields, const char*> fields[] = {
+      {decision_fields::retry, "retry"},
+      {decision_fields::pushback, "pushback"},
+      {decision_fields::throttle, "throttle"},
+      {decision_fields::retry_after, "retry_after"}};
+  for (const auto& [field, name] : fields) {
+    CAPTURE(name);
+    const attempt_decision d{.given = field}; // every value false or zero
+    const attempt_decision c = coretry::complete(d, fallback);
+    CHECK(c.retry == (field != decision_fields::retry));
+    CHECK(c.pushback == (field != decision_fields::pushback));
+    CHECK(c.throttle == (field != decision_fields::throttle));
+    CHECK(c.retry_after == (field == decision_fields::retry_after ? 0s : 5s));
+    CHECK(c.gives(decision_fields::all));
+  }
+  // Two fields: both kept, whatever the fallback says.
+  const attempt_decision two{.retry = false,
+                             .throttle = false,
+                             .given = decision_fields::retry | decision_fields::throttle};
+  CHECK(two.gives(decision_fields::retry));
+  CHECK_FALSE(two.gives(decision_fields::retry | decision_fields::pushback));
+  const attempt_decision c2 = coretry::complete(two, fallback);
+  CHECK_FALSE(c2.retry);
+  CHECK(c2.pushback);
+  CHECK_FALSE(c2.throttle);
+  CHECK(c2.retry_after == 5s);
+  // A decision that gives all four is itself.
+  const attempt_decision all{.retry = true, .retry_after = 1s};
+  const attempt_decision c3 = coretry::complete(all, attempt_decision{.throttle = true});
+  CHECK(c3.retry);
+  CHECK_FALSE(c3.pushback);
+  CHECK_FALSE(c3.throttle);
+  CHECK(c3.retry_after == 1s);
+  // only_retry: retry from it, the rest from the fallback.
+  const attempt_decision c4 = coretry::complete(attempt_decision::only_retry(false), fallback);
+  CHECK_FALSE(c4.retry);
+  CHECK(c4.pushback);
+  CHECK(c4.throttle);
+  CHECK(c4.retry_after == 5s);
+}
+
+TEST_CASE("a classifier that leaves throttle open gets default_classify's through the loop, "
+          "retried and hedged") {
+  // It retries time-outs and refused connections alike, and says nothing of the rate:
+  // default_classify slows the rate on the time-out only. A decision that gave `throttle`
+  // (false) would slow it on neither.
+  const auto only_retry = [](const attempt_result& r) {
+    return attempt_decision::only_retry(r.error() == refused || r.error() == timed_out);
+  };
+  {
+    manual_clock::reset();
+    asio::io_context io;
+    scripted_op op{{fail(timed_out), fail(refused), succeed(4)}};
+    auto rate = std::make_shared<counting_rate>();
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms), .rate_limit = rate};
+    p.classify = only_retry;
+    coretry::retry_stats stats;
+    const outcome o = run_retry(io, op, p, stats);
+    CHECK(!o.error);
+    CHECK(o.value == 4);
+    CHECK(op.calls == 3);
+    CHECK(rate->throttles == 1);
+    CHECK(rate->successes == 2);
+  }
+  {
+    manual_clock::reset();
+    asio::io_context io;
+    scripted_op op{{fail(timed_out), fail(refused), succeed(4)}};
+    auto rate = std::make_shared<counting_rate>();
+    retry_policy p{.max_attempts = 3, .rate_limit = rate};
+    p.classify = only_retry;
+    coretry::hedge_stats stats;
+    const outcome o = run_hedge(io, op, p, {.delay = 100ms, .max_copies = 1}, stats);
+    CHECK(!o.error);
+    CHECK(o.value == 4);
+    CHECK(rate->throttles == 1);
+  }
+  {
+    // The same classifier giving `throttle` (false) too: no throttle at all.
+    manual_clock::reset();
+    asio::io_context io;
+    scripted_op op{{fail(timed_out), fail(refused), succeed(4)}};
+    auto rate = std::make_shared<counting_rate>();
+    retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms), .rate_limit = rate};
+    p.classify = [](const attempt_result& r) {
+      return attempt_decision{.retry = r.error() == refused || r.error() == timed_out};
+    };
+    coretry::retry_stats stats;
+    const outcome o = run_retry(io, op, p, stats);
+    CHECK(o.value == 4);
+    CHECK(rate->throttles == 0);
+  }
+}
+
+TEST_CASE("a classifier with no opinion decides as default_classify: errors retried, values "
+          "accepted, exceptions final") {
+  manual_clock::reset();
+  asio::io_context io;
+  scripted_op op{{fail(denied), fail(refused), succeed(0)}};
+  retry_policy p{.max_attempts = 5, .backoff = coretry::backoff::fixed(1ms)};
+  p.classify = [](const attempt_result&) { return attempt_decision::no_opinion(); };
+  coretry::retry_stats stats;
+  const outcome o = run_retry(io, op, p, stats);
+  CHECK(!o.error);
+  CHECK(o.value == 0); // accepted: a value is no failure by default
+  CHECK(op.calls == 3);
+  CHECK(stats.attempts == 3);
+}

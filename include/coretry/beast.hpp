@@ -15,6 +15,7 @@
 #endif
 
 #include <coretry/attempt.hpp>
+#include <coretry/detail/loaded_rule.hpp>
 #include <coretry/detail/refuse.hpp>
 #include <coretry/http.hpp>
 #include <coretry/policy.hpp>
@@ -502,33 +503,41 @@ coretry::retry_policy make_policy(coretry::retry_policy p,
   // a kind they retry, a status they retry (429 a push-back, 429 and 503 slowing the sending
   // rate), under their limits below. Only a caller's 0.2 predicate (deprecated) keeps the 0.2
   // path further down, where the rules are wired into its predicates.
+  // A policy read by coretry::config carries its rule in both spellings: the one that does not
+  // decide goes first.
+  coretry::detail::settle_loaded_rule(p);
   bool deprecated_predicates = false;
   CORETRY_ALLOW_DEPRECATED_BEGIN
   deprecated_predicates =
       p.retry_if || p.pushback_if || p.throttle_if || p.result_filter || p.retry_if_exception;
   CORETRY_ALLOW_DEPRECATED_END
+  const auto rules_decision = [st](const coretry::attempt_result& r) {
+    coretry::attempt_decision d;
+    if (r.error()) {
+      d.retry = transport_failure(r.error(), st->rules).has_value();
+      d.throttle = coretry::default_throttle_if(r.error());
+    } else if (const response_type* res = r.template value<response_type>()) {
+      // The status rules, as coretry::curl applies them: one function for both.
+      const auto field = res->find(http::field::retry_after);
+      d = coretry::http::classify_response(
+          res->result_int(),
+          field == res->end() ? std::string_view{}
+                              : std::string_view(field->value().data(), field->value().size()),
+          st->rules);
+    }
+    return d;
+  };
   if (!p.classify && !deprecated_predicates)
-    p.classify = [st](const coretry::attempt_result& r) {
-      coretry::attempt_decision d;
-      if (r.error()) {
-        d.retry = transport_failure(r.error(), st->rules).has_value();
-        d.throttle = coretry::default_throttle_if(r.error());
-      } else if (const response_type* res = r.template value<response_type>()) {
-        // The status rules, as coretry::curl applies them: one function for both.
-        const auto field = res->find(http::field::retry_after);
-        d = coretry::http::classify_response(
-            res->result_int(),
-            field == res->end() ? std::string_view{}
-                                : std::string_view(field->value().data(), field->value().size()),
-            st->rules);
-      }
-      return d;
-    };
+    p.classify = rules_decision;
   if (p.classify) {
-    // The caller's classifier decides; the rules' limits per kind of failure hold all the
-    // same, counted once per attempt it retries, as below.
-    p.classify = [user = std::move(p.classify), st](const coretry::attempt_result& r) {
+    // The caller's classifier decides, and the rules fill the fields it leaves open (a loaded
+    // policy's leaves responses to the status rules); the rules' limits per kind of failure
+    // hold all the same, counted once per attempt it retries, as below.
+    p.classify = [user = std::move(p.classify), rules_decision,
+                  st](const coretry::attempt_result& r) {
       coretry::attempt_decision d = user(r);
+      if (!d.gives(coretry::decision_fields::all))
+        d = coretry::complete(d, rules_decision(r));
       if (!d.retry)
         return d;
       if (r.error()) {
@@ -660,7 +669,9 @@ start_retry(const asio::any_io_executor& ex, endpoint where, http::request<Reque
 ///   `policy.attempt_timeout`; names that do not resolve only with `retry_dns_failures`; never a
 ///   response past a limit of `async_exchange`), within
 ///   `rules.connect_retries` and `rules.read_retries`; a `policy.classify` (or the deprecated
-///   `policy.retry_if`) replaces which errors are retried, and the limits still hold;
+///   `policy.retry_if`) replaces which errors are retried, and the limits still hold (the
+///   fields a classifier's decision leaves open, `attempt_decision::given`, are the rules':
+///   a policy read by `coretry::config` leaves responses to the status rules);
 /// - responses with a status of `rules.status_forcelist` are retried, within
 ///   `rules.status_retries`; a `policy.classify` (or the deprecated `policy.retry_if_result`
 ///   on `http::response<ResponseBody>`) replaces which are retried, and the limit still holds

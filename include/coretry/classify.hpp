@@ -80,9 +80,35 @@ private:
   std::error_code health_code_{};
 };
 
+/// The fields of an `attempt_decision`, as a set of bits: which of them a decision gives
+/// (`attempt_decision::given`). Combine them with `|`, test them with `&` or
+/// `attempt_decision::gives`.
+enum class decision_fields : unsigned char {
+  none = 0,        ///< no field: the decision leaves every field to whoever completes it
+  retry = 1,       ///< `attempt_decision::retry`
+  pushback = 2,    ///< `attempt_decision::pushback`
+  throttle = 4,    ///< `attempt_decision::throttle`
+  retry_after = 8, ///< `attempt_decision::retry_after`
+  all = 15,        ///< the four fields (the default: the decision is complete)
+};
+
+/// The fields in `a` or in `b`.
+constexpr decision_fields operator|(decision_fields a, decision_fields b) noexcept {
+  return static_cast<decision_fields>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+/// The fields in both `a` and `b`.
+constexpr decision_fields operator&(decision_fields a, decision_fields b) noexcept {
+  return static_cast<decision_fields>(static_cast<unsigned>(a) & static_cast<unsigned>(b));
+}
+
 /// What the loop does with one attempt's outcome. The default (all false) accepts it: a value
 /// or a success is returned, an error is reported as final, an exception ends the operation
 /// with `errc::unexpected_exception`.
+///
+/// A decision may leave fields open (`given`) to whoever composes it: the loop completes what
+/// `retry_policy::classify` leaves with `default_classify`, and `coretry::curl` and
+/// `coretry::beast` with their own rules first (`complete`). Every decision written field by
+/// field (`attempt_decision{.retry = true}`) gives all four, as before.
 struct attempt_decision {
   /// A failure worth another attempt. For a value: the value is rejected (the attempt fails
   /// with `errc::result_rejected`, and is returned after all if the loop then gives up); for an
@@ -98,7 +124,38 @@ struct attempt_decision {
   /// A server hint read from the outcome (a `Retry-After` header in a response the classifier
   /// rejects): as `attempt_context::retry_after`, the larger of the two counts. Zero: none.
   std::chrono::nanoseconds retry_after{0};
+  /// The fields this decision gives; the others are open, and whoever composes the decision
+  /// fills them (`complete`). All four by default. Writing a field does not add it here: a
+  /// decision that starts as `no_opinion()` and sets `retry` must add `decision_fields::retry`
+  /// too (or start as `only_retry`).
+  decision_fields given = decision_fields::all;
+
+  /// A decision that gives no field: the outcome is left whole to the default it is completed
+  /// with (the loop's `default_classify`, or an adapter's rules).
+  static constexpr attempt_decision no_opinion() noexcept {
+    return attempt_decision{.given = decision_fields::none};
+  }
+  /// A decision that gives `retry` only, as a 0.2 `retry_if` answered: whether to retry, the
+  /// push-back, the throttle and the hint left to the default it is completed with.
+  static constexpr attempt_decision only_retry(bool retried) noexcept {
+    return attempt_decision{.retry = retried, .given = decision_fields::retry};
+  }
+  /// Whether this decision gives every field of `fields`.
+  constexpr bool gives(decision_fields fields) const noexcept { return (given & fields) == fields; }
 };
+
+/// `d` completed with `fallback`: each field `d` gives (`attempt_decision::given`) from `d`, the
+/// others from `fallback`. The result gives all four fields, whatever `fallback` gives.
+constexpr attempt_decision complete(const attempt_decision& d,
+                                    const attempt_decision& fallback) noexcept {
+  return attempt_decision{
+      .retry = d.gives(decision_fields::retry) ? d.retry : fallback.retry,
+      .pushback = d.gives(decision_fields::pushback) ? d.pushback : fallback.pushback,
+      .throttle = d.gives(decision_fields::throttle) ? d.throttle : fallback.throttle,
+      .retry_after = d.gives(decision_fields::retry_after) ? d.retry_after : fallback.retry_after,
+      .given = decision_fields::all,
+  };
+}
 
 /// The decision the loop makes when `retry_policy::classify` and the 0.2 predicates are all
 /// empty: every error retried except a cancellation (`default_retry_if`), a time-out slows the

@@ -281,18 +281,21 @@ struct CORETRY_API retry_policy {
   /// server hint read from the outcome. It sees the attempt's error, exception or value
   /// (`attempt_result::value<T>()`) with what the attempt told its `attempt_context`. Set, it
   /// is the only judge: `retry_if`, `pushback_if`, `throttle_if`, `retry_if_result` and
-  /// `retry_if_exception` must be empty (`validate()` refuses the mix). Not asked for an
+  /// `retry_if_exception` must be empty (`validate()` refuses the mix; a policy read by
+  /// `coretry::config` is the exception: see its `read_policy`). Not asked for an
   /// attempt a timer cut (a retried failure that slows the sending rate) or one a cancellation
   /// abandoned; a cancellation is never retried, whatever it says. What the gate hears is the
   /// gate's own classification (`attempt_gate::classify`), whatever this decides. Empty (the
-  /// default): the 0.2 predicates decide, as `default_classify` when they are empty too. Runs on
+  /// default): the 0.2 predicates decide, as `default_classify` when they are empty too. The
+  /// fields a decision leaves open (`attempt_decision::given`) are `default_classify`'s. Runs on
   /// the operation's executor; with a `shared_policy`, concurrently for several operations. One
   /// that throws stops the operation with `errc::unexpected_exception`.
   std::function<attempt_decision(const attempt_result&)> classify{};
 
   /// Throws `std::invalid_argument` when a field is out of range (`max_attempts` of 0, a
   /// non-positive `deadline`, `attempt_timeout` or `max_retry_after`), or `classify` is set
-  /// with one of the predicates it replaces.
+  /// with one of the predicates it replaces (other than in a policy read by `coretry::config`,
+  /// whose classifier gives way to 0.2 predicates added to it).
   void validate() const;
 
   /// Treats results for which `pred(result)` is true as retryable failures

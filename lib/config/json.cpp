@@ -8,6 +8,7 @@
 #include <coretry/breaker.hpp>
 #include <coretry/budget.hpp>
 #include <coretry/config/json.hpp>
+#include <coretry/detail/loaded_rule.hpp>
 #include <coretry/detail/refuse.hpp>
 #include <coretry/presets.hpp>
 
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -335,20 +337,18 @@ std::vector<std::error_code> status_codes(const json& v, const std::string& path
   return out;
 }
 
-std::function<bool(const std::error_code&)> retry_on(std::vector<std::error_code> codes) {
-  return [codes = std::move(codes)](const std::error_code& ec) {
-    return std::find(codes.begin(), codes.end(), ec) != codes.end();
-  };
-}
-
-// The loaded policy's retryable codes, in `retry_if`: a loaded policy decides as it did in 0.2,
-// so that `coretry::curl::retry` and `coretry::beast::retry` still apply their status rules to
-// responses (a `classify` of the loader's own would replace them), and 0.2 code that adds a
-// predicate of its own to a loaded policy still passes `validate()`. `retry_if` is deprecated
-// for code written for 0.3; the loader writes it on the caller's behalf.
+// The loaded policy's retryable codes, as a `classify` that gives `retry` for an error and
+// leaves every other field (and every value and exception) to the default it is completed
+// with: the loop's `default_classify`, or the status rules of `coretry::curl::retry` and
+// `coretry::beast::retry`. The same list is written into the deprecated `retry_if` too, for
+// 0.2 code that reads or wraps it: the two are one rule (detail/loaded_rule.hpp), so a
+// caller's own `classify` replaces it with nothing to clear, and a 0.2 predicate added to the
+// loaded policy makes it decide as in 0.2, with `validate()` content either way.
 void set_retry_on(retry_policy& p, std::vector<std::error_code> codes) {
+  const auto shared = std::make_shared<const std::vector<std::error_code>>(std::move(codes));
+  p.classify = coretry::detail::loaded_classify{shared};
   CORETRY_ALLOW_DEPRECATED_BEGIN
-  p.retry_if = retry_on(std::move(codes));
+  p.retry_if = coretry::detail::loaded_retry_if{shared};
   CORETRY_ALLOW_DEPRECATED_END
 }
 

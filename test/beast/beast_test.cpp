@@ -498,6 +498,25 @@ TEST_CASE("a classifier of the caller's own decides Beast's retry; status_retrie
   }
 }
 
+TEST_CASE("a classifier that leaves responses open has Beast's status rules judge them") {
+  // As the policy coretry::config reads: `retry` for errors only, every other field (and every
+  // response) left to the default it is completed with, here Beast's rules.
+  asio::io_context io;
+  auto policy = quick_policy(3);
+  policy.classify = [](const coretry::attempt_result& r) {
+    return r.error() ? coretry::attempt_decision::only_retry(false)
+                     : coretry::attempt_decision::no_opinion();
+  };
+  http_fault_server server(io.get_executor());
+  server.push(http_action::with_status(503, "busy"));
+  server.push(http_action::ok("there"));
+  server.push(http_action::ok("never"));
+  auto out = retry_on(io, at(server.port()), make_request(http::verb::get, "/"), policy, {});
+  REQUIRE_FALSE(out.ec);
+  CHECK(out.res.body() == "there");
+  CHECK(out.stats.attempts == 2);
+}
+
 // The one response classifier (issue 28): coretry::curl's default classifier is held to the
 // same function and the same totals (test/curl/classify_test.cpp).
 TEST_CASE("Beast's retry decides every status as http::classify_response does, GET or POST") {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
-// r17's probes of issue 28 through coretry::curl: a policy read by coretry::config (which now
-// sets `classify` where 0.2 set `retry_if`) handed to curl::retry and curl::hedge. In 0.2 the
-// loader's list judged transport errors only, and curl's status rules still judged responses.
+// r17's probes of issue 28 through coretry::curl: a policy read by coretry::config (which sets
+// a `classify` giving only `retry`, for errors, where 0.2 set `retry_if`) handed to curl::retry
+// and curl::hedge. In 0.2 the loader's list judged transport errors only, and curl's status
+// rules still judged responses; curl now completes the loader's decision with its own.
 #include <coretry/config/json.hpp>
 #include <coretry/curl/error.hpp>
 #include <coretry/curl/hedge.hpp>
@@ -81,4 +82,31 @@ TEST_CASE("r17 curl: a policy from coretry::config still has curl::hedge treat a
   const seen s = run(true, loaded());
   CHECK(s.requests == 2);
   CHECK(s.status == 200);
+}
+
+TEST_CASE("r17 curl: a classifier that leaves responses open has curl's status rules retry a "
+          "503") {
+  coretry::retry_policy p{.max_attempts = 3, .backoff = coretry::backoff::fixed(1ms)};
+  p.classify = [](const coretry::attempt_result& r) {
+    return r.error() ? coretry::attempt_decision::only_retry(false)
+                     : coretry::attempt_decision::no_opinion();
+  };
+  const seen s = run(false, p);
+  CHECK(s.requests == 2);
+  CHECK(s.status == 200);
+}
+
+TEST_CASE("r17 curl: the loaded policy with a 0.2 throttle_if added still validates and retries "
+          "a 503, as in 0.2") {
+  coretry::retry_policy p = loaded();
+  CORETRY_ALLOW_DEPRECATED_BEGIN
+  p.throttle_if = [](const std::error_code&) { return false; };
+  CORETRY_ALLOW_DEPRECATED_END
+  REQUIRE_NOTHROW(p.validate());
+  const seen s = run(false, p);
+  CHECK(s.requests == 2);
+  CHECK(s.status == 200);
+  const seen h = run(true, p);
+  CHECK(h.requests == 2);
+  CHECK(h.status == 200);
 }

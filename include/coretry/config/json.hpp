@@ -71,10 +71,12 @@ struct method_config {
   method_kind kind = method_kind::single;
   /// The policy. `retry`: `max_attempts` (capped, see `grpc_options`), an exponential backoff
   /// from `initialBackoff` by `backoffMultiplier` up to `maxBackoff` with full jitter (A6's
-  /// `random(0, min(initial * multiplier^(n-1), max))`), `retry_if` true for the
-  /// `retryableStatusCodes` (and for `errc::attempt_timeout` when `perAttemptRecvTimeout` sets
-  /// `attempt_timeout`). `hedge`: `max_attempts` and `retry_if` true for the
-  /// `nonFatalStatusCodes`. Both: `deadline` from `timeout` when given, and `budget` the
+  /// `random(0, min(initial * multiplier^(n-1), max))`), a `classify` retrying the errors of
+  /// `retryableStatusCodes` (and `errc::attempt_timeout` when `perAttemptRecvTimeout` sets
+  /// `attempt_timeout`). `hedge`: `max_attempts` and a `classify` retrying the errors of
+  /// `nonFatalStatusCodes`. That `classify` gives only `retry`, for errors, and leaves the rest
+  /// to the default it is completed with (`attempt_decision::given`); the same list is in the
+  /// deprecated `retry_if`, for 0.2 code (see `read_policy`). Both: `deadline` from `timeout` when given, and `budget` the
   /// service config's `throttling` when it has one. `single`: one attempt, `deadline` from
   /// `timeout`.
   retry_policy policy{.max_attempts = 1};
@@ -136,6 +138,15 @@ struct policy_config {
 /// `retry_on`. The keys are the fields' names (`breaker.max_concurrent_calls`,
 /// `budget.window_buckets`, `hedge.max_copies`); the 0.2 names of those three
 /// (`breaker.max_in_flight`, `budget.buckets`, `hedge.max_in_flight`) are still read.
+///
+/// `retry_on` sets the policy's `classify`: `attempt_decision::only_retry` (listed or not) for
+/// an error, `attempt_decision::no_opinion()` otherwise, so the loop completes it with
+/// `default_classify` (time-outs slow the sending rate; values accepted; exceptions final) and
+/// `coretry::curl::retry` and `coretry::beast::retry` with their rules (a response is judged
+/// by the status rules). A `classify` of the caller's replaces it. For 0.2 code the list is
+/// also in the deprecated `retry_if`; one of the 0.2 predicates added to the policy (its own
+/// `retry_if`, `throttle_if`, `retry_if_exception`, ...) makes the policy decide as in 0.2,
+/// the loader's `retry_if` judging errors unless replaced, and `validate()` accepts it.
 ///
 /// \throws std::invalid_argument naming the JSON path and value of the first problem, including
 /// every value the policy's own types refuse (`circuit_breaker_options`,

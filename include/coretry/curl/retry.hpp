@@ -11,6 +11,7 @@
 #include <coretry/curl/client.hpp>
 #include <coretry/curl/retry_after.hpp>
 #include <coretry/detail/asio.hpp>
+#include <coretry/detail/loaded_rule.hpp>
 #include <coretry/http.hpp>
 #include <coretry/policy.hpp>
 #include <coretry/retry.hpp>
@@ -181,19 +182,24 @@ inline coretry::retry_policy make_http_policy(coretry::retry_policy p,
   };
   // Without the caller's own judge, `curl::classify` decides, under the rules' limits below.
   // Only a caller's 0.2 predicate (deprecated) keeps the 0.2 path further down, where the
-  // rules are wired into its predicates.
+  // rules are wired into its predicates. A policy read by coretry::config carries its rule in
+  // both spellings: the one that does not decide goes first.
+  coretry::detail::settle_loaded_rule(p);
   if (!p.classify && !uses_deprecated_predicates(p))
     p.classify = [st](const coretry::attempt_result& r) {
       return coretry::curl::classify(r, st->rules);
     };
   if (p.classify) {
-    // The caller's classifier decides (`curl::classify` is the default one, to extend). The
-    // rules' limits per kind of failure hold all the same, counted once per attempt it
-    // retries, as below; with a breaker, the response it rejects is kept for
+    // The caller's classifier decides (`curl::classify` is the default one, to extend), and
+    // `curl::classify` fills the fields it leaves open (a loaded policy's leaves responses to
+    // the status rules). The rules' limits per kind of failure hold all the same, counted once
+    // per attempt it retries, as below; with a breaker, the response it rejects is kept for
     // `circuit_open_error`.
     p.classify = [user = std::move(p.classify), st,
                   keep = p.breaker != nullptr](const coretry::attempt_result& r) {
       coretry::attempt_decision d = user(r);
+      if (!d.gives(coretry::decision_fields::all))
+        d = coretry::complete(d, coretry::curl::classify(r, st->rules));
       if (!d.retry)
         return d;
       if (r.error()) {
@@ -377,7 +383,9 @@ CORETRY_CURL_API void async_retry_compiled(client& c, request req, coretry::retr
 ///
 /// - The policy's `classify` is set to `curl::classify(r, rules)`: transport errors are retried
 ///   when `is_retryable(ec)`, responses when `is_retryable_status(status)`. A `policy.classify`
-///   of the caller's replaces it (the limits below still hold); so do the deprecated
+///   of the caller's replaces it (the limits below still hold), and `curl::classify` gives the
+///   fields its decision leaves open (`attempt_decision::given`: a policy read by
+///   `coretry::config` leaves responses to the status rules); so do the deprecated
 ///   `policy.retry_if` and a `retry_if_result` filter on `response`, as in 0.2 (a filter on any
 ///   other type is `std::invalid_argument` at the call). Any
 ///   other response, 4xx included, is returned at once. `Retry-After` is read on 429 and 503

@@ -16,6 +16,7 @@
 #include <coretry/attempt.hpp>
 #include <coretry/detail/asio.hpp>
 #include <coretry/detail/attempt_shape.hpp>
+#include <coretry/detail/loaded_rule.hpp>
 #include <coretry/detail/reservation.hpp>
 #include <coretry/detail/schedule.hpp>
 #include <coretry/error.hpp>
@@ -57,8 +58,11 @@ template <class T> struct loop_result {
 /// and the hedge alike. An attempt that did not `ran_its_course` (a timer cut it or a
 /// cancellation abandoned it) has what it threw dropped (`judge_abandoned`) under either
 /// spelling, and only the 0.2 `retry_if_result` is asked about its value, as 0.2 asked it.
-/// Otherwise with `retry_policy::classify`, as it decides, else as `retry_if_exception` and
-/// `retry_if_result` say (`judge_attempt`, asked as 0.2 asked them). An exception retried
+/// Otherwise with `retry_policy::classify`, as it decides (the fields it leaves open completed
+/// with `default_classify`), else as `retry_if_exception` and `retry_if_result` say
+/// (`judge_attempt`, asked as 0.2 asked them); which of the two decides is
+/// `classify_decides` (loaded_rule.hpp: a loaded policy with a 0.2 predicate added decides as
+/// in 0.2). An exception retried
 /// becomes `errc::retryable_exception` and moves into `retried`; a value rejected
 /// becomes `errc::result_rejected` (the value stays: it is returned if the loop gives up); a
 /// judge that throws puts what it threw in `out.exception` (a bug: the loop stops). `hint` is
@@ -69,13 +73,14 @@ std::optional<attempt_decision> judge_outcome(const retry_policy& p, Out& out, u
                                               bool ran_its_course, nanoseconds& hint,
                                               const std::error_code& health_code,
                                               std::exception_ptr& retried) noexcept {
+  const bool by_classify = classify_decides(p);
   if (!ran_its_course) {
     judge_abandoned(out);
-    if (!p.classify)
+    if (!by_classify)
       judge_result(p, out);
     return std::nullopt;
   }
-  if (!p.classify) {
+  if (!by_classify) {
     retried = judge_attempt(p, out);
     return std::nullopt;
   }
@@ -91,6 +96,8 @@ std::optional<attempt_decision> judge_outcome(const retry_policy& p, Out& out, u
     out.exception = std::current_exception();
     return std::nullopt;
   }
+  if (!d.gives(decision_fields::all)) // what the classifier leaves, the default decides
+    d = coretry::complete(d, default_classify(r));
   if (d.retry_after > hint)
     hint = d.retry_after;
   if (d.retry) {
