@@ -25,6 +25,7 @@
 #endif
 
 #include <exception>
+#include <memory>
 #include <optional>
 #include <system_error>
 #include <tuple>
@@ -142,27 +143,85 @@ asio::awaitable<T> fallback_entry(Op op, Held policy, F f, retry_stats* stats, o
     co_return std::move(*out.value);
 }
 
+/// What the caller's slot reaches in `initiate_fallback`'s spawn: its emits go on through
+/// `signal` once the spawned coroutine has begun, and are held until then. Asio 1.24 to 1.27
+/// (Boost 1.81): co_spawn first dispatches itself onto its executor (a post, when initiated from
+/// elsewhere); an emit before that resumes makes it throw operation_aborted out of `run()`
+/// (retry_op.hpp, `cut_attempt`). All on the operation's executor.
+struct fallback_cut {
+  asio::cancellation_signal signal; ///< bound to the co_spawn
+  bool held = false;                ///< emitted before the coroutine began
+  bool begun = false;
+  bool ended = false; ///< the retry and the fallback are over: later emits are dropped
+};
+
+/// The caller's slot handler in `initiate_fallback`: each emit hops onto the operation's
+/// executor, as co_spawn's own slot handler does.
+template <class Executor> struct fallback_slot_handler {
+  std::shared_ptr<fallback_cut> cut;
+  Executor ex;
+  void operator()(asio::cancellation_type type) const {
+    asio::dispatch(ex, [c = cut, type] {
+      if (c->ended)
+        return;
+      if (c->begun)
+        c->signal.emit(type);
+      else
+        c->held = true;
+    });
+  }
+};
+
+/// `retry_then_fallback`, as `initiate_fallback` spawns it: cut before it began, it ends at once
+/// as a cancellation.
+template <class Timer, class T, class Op, class Held, class F>
+asio::awaitable<loop_result<T>> spawned_fallback(std::shared_ptr<fallback_cut> cut, Op op,
+                                                 Held policy, F f, retry_stats* stats,
+                                                 op_origin origin) {
+  cut->begun = true;
+  loop_result<T> out;
+  if (cut->held) {
+    out.error = coretry::detail::aborted_error();
+    if (stats)
+      stats->reason = out.error;
+  } else {
+    out = co_await retry_then_fallback<Timer, T>(std::move(op), std::move(policy), std::move(f),
+                                                 stats, std::move(origin), true);
+  }
+  cut->ended = true;
+  // Asio 1.26 (Boost 1.81): when the coroutine ends without having switched context, co_spawn
+  // posts once and lets that post throw, out of io_context::run, if it was cut.
+  co_await asio::this_coro::throw_if_cancelled(false);
+  co_return out;
+}
+
 /// async_retry's initiation with a fallback: `retry_then_fallback` co_spawned on the operation's
 /// executor; the handler is called through its associated executor, and its cancellation slot
-/// reaches the retry and the fallback.
+/// reaches the retry and the fallback (through `fallback_cut`).
 template <class Timer, class T> struct initiate_fallback {
   template <class Handler, class Executor, class Op, class Held, class F>
   void operator()(Handler&& handler, const Executor& ex, Op op, Held policy, F f,
                   retry_stats* stats, op_origin origin) const {
     auto slot = asio::get_associated_cancellation_slot(handler);
     auto hex = asio::get_associated_executor(handler, ex);
+    auto cut = std::make_shared<fallback_cut>();
+    if (slot.is_connected())
+      slot.template emplace<fallback_slot_handler<Executor>>(
+          fallback_slot_handler<Executor>{cut, ex});
+    asio::cancellation_slot spawn_slot = cut->signal.slot();
     asio::co_spawn(
         ex,
-        retry_then_fallback<Timer, T>(std::move(op), std::move(policy), std::move(f), stats,
-                                      std::move(origin), true),
+        spawned_fallback<Timer, T>(cut, std::move(op), std::move(policy), std::move(f), stats,
+                                   std::move(origin)),
         asio::bind_cancellation_slot(
-            slot, asio::bind_executor(hex, [h = std::forward<Handler>(handler),
-                                            stats](std::exception_ptr e, loop_result<T> r) mutable {
+            spawn_slot,
+            asio::bind_executor(hex, [h = std::forward<Handler>(handler), stats,
+                                      cut](std::exception_ptr e, loop_result<T> r) mutable {
               if (e) { // the coroutine could not run at all
                 r.value.reset();
-                // Cancelled through the caller's slot before it started: co_spawn threw
-                // operation_aborted into it. Nothing ran; it ends as a cancellation. Anything
-                // else is a bug (attempt_shape.hpp, the rule's steps 1 and 3).
+                // Anything thrown into it is a bug (attempt_shape.hpp, the rule's steps 1 and
+                // 3); operation_aborted, which an older co_spawn threw into a coroutine cut
+                // before it began, is a cancellation.
                 take_fatal_exception(r, e, kept_codes::aborted_only);
                 if (stats) {
                   stats->reason = r.error;
