@@ -521,9 +521,9 @@ struct no_control {};
 ///
 /// `Controlled`: whether the operation is controlled, known at the initiation, which makes the
 /// state of one type or the other. A controlled state holds the control block (`engine_control`)
-/// as a base, in its one allocation; a state nothing can cancel holds none of it (a
-/// cancellation signal, two links and a deadline entry, 128 bytes), which keeps a typical state
-/// within the sizes malloc serves from its per-thread cache.
+/// as a base, in its one allocation; a state nothing can cancel holds none of it (the attempt's
+/// cancellation signal, the group link and the deadline-queue entry, 128 bytes), which keeps a
+/// typical state within the sizes malloc serves from its per-thread cache.
 template <class Timer, class T, class Policy, class Exec, class Alloc, class Ctx, bool Controlled>
 class retry_engine
     : public op_frame<Exec, T>,
