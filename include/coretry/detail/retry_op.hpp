@@ -10,9 +10,10 @@
 // - `retry_async`, not controlled: the loop is a coroutine awaited in the caller's
 //   (`retry_loop`, retry_loop.hpp), cancelled through the awaiting coroutine's state.
 // - Everything else: one state, allocated once with the handler's allocator, running the loop's
-//   steps (`loop_core`, retry_loop.hpp) from completion handlers. A controlled operation also
-//   holds a `control` block (the attempt's cancellation signal, its link into a group source,
-//   its entry in the context's deadline queue: deadline_queue.hpp), and runs on a strand of its
+//   steps (`loop_core`, retry_loop.hpp) from completion handlers. A controlled operation's
+//   state is of another type, which also holds a control block (`engine_control`: the
+//   attempt's cancellation signal, its link into a group source, its entry in the context's
+//   deadline queue: deadline_queue.hpp) in the same allocation; it runs on a strand of its
 //   executor unless that executor's context runs one thread only (`runs_on_one_thread`).
 //
 // The state, in layers, so that most of it is compiled once per timer, result, policy,
@@ -480,6 +481,27 @@ template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>
 
 // --- The composed operation ------------------------------------------------------------------
 
+/// The context's queue of attempt deadlines for `Timer` (deadline_queue.hpp).
+template <class Timer>
+using deadline_queue_for =
+    deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
+
+/// What only a controlled operation needs: the attempt's cancellation signal, the link into a
+/// group source and the entry in `Queue`, the deadline queue. A base of the controlled state
+/// (`retry_engine<..., true>`), so made in the state's one allocation, and its links lead back
+/// to the state by a cast.
+template <class Queue> struct engine_control : cancellation_registration, Queue::entry {
+  asio::cancellation_signal signal;
+  Queue* deadlines = nullptr;   ///< found at the first timed attempt
+  std::uint64_t generation = 0; ///< of the timed attempt in flight
+  bool grouped = false;         ///< linked to the group source (`attach` succeeded), until unlinked
+  /// A spawned attempt whose coroutine has not begun: a cut is not emitted (`cut_attempt`).
+  bool spawn_pending = false;
+};
+
+/// The state of an operation nothing can cancel holds no control block.
+struct no_control {};
+
 /// The loop's half of the composed operation: one heap state, driven by completion handlers that
 /// each hold it by a `shared_ptr`. The loop's steps are `loop_core`'s (retry_loop.hpp): decide
 /// (`top`), then attempt or sleep; after an attempt, decide again (`ended`). While it sleeps,
@@ -499,37 +521,31 @@ template <class Shape> struct taker_of<Shape, std::void_t<typename Shape::taker>
 /// Exactly once: the state completes once (`finish`), or is destroyed uncalled with whatever
 /// pending handler holds it last (the execution context's teardown). It unlinks itself from a
 /// group source when it dies, however it dies.
-template <class Timer, class T, class Policy, class Exec, class Alloc, class Ctx>
+///
+/// `Controlled`: whether the operation is controlled, known at the initiation, which makes the
+/// state of one type or the other. A controlled state holds the control block (`engine_control`)
+/// as a base, in its one allocation; a state nothing can cancel holds none of it (the attempt's
+/// cancellation signal, the group link and the deadline-queue entry, 128 bytes), which keeps a
+/// typical state within the sizes malloc serves from its per-thread cache.
+template <class Timer, class T, class Policy, class Exec, class Alloc, class Ctx, bool Controlled>
 class retry_engine
     : public op_frame<Exec, T>,
-      public std::enable_shared_from_this<retry_engine<Timer, T, Policy, Exec, Alloc, Ctx>> {
+      public std::conditional_t<Controlled, engine_control<deadline_queue_for<Timer>>, no_control>,
+      public std::enable_shared_from_this<
+          retry_engine<Timer, T, Policy, Exec, Alloc, Ctx, Controlled>> {
 protected:
   using clock = typename Timer::clock_type;
   using timer_type = typename Timer::template rebind_executor<Exec>::other;
-  /// The context's queue of attempt deadlines (deadline_queue.hpp).
-  using queue_type =
-      deadline_queue<typename Timer::template rebind_executor<asio::any_io_executor>::other>;
+  using queue_type = deadline_queue_for<Timer>;
   using self_ptr = std::shared_ptr<retry_engine>;
-  /// What only a controlled operation needs, in one block of its own, allocated when the state
-  /// is made (in place of the signal's own allocation): the attempt's cancellation signal, the
-  /// link into a group source and the entry in the deadline queue. An operation nothing can
-  /// cancel goes without (104 bytes less), which keeps a typical state within the sizes malloc
-  /// serves from its per-thread cache.
-  struct control final : cancellation_registration, queue_type::entry {
-    explicit control(retry_engine& o) noexcept : owner(o) {}
-    retry_engine& owner;
-    asio::cancellation_signal signal;
-    queue_type* deadlines = nullptr; ///< found at the first timed attempt
-    std::uint64_t generation = 0;    ///< of the timed attempt in flight
-    bool grouped = false; ///< linked to the group source (`attach` succeeded), until unlinked
-    /// A spawned attempt whose coroutine has not begun: a cut is not emitted (`cut_attempt`).
-    bool spawn_pending = false;
-  };
+  using control = engine_control<queue_type>;
+  /// The control block (a controlled state's only).
+  control& ctl() noexcept { return *this; }
   static retry_engine& owner_of(cancellation_registration& r) noexcept {
-    return static_cast<control&>(r).owner;
+    return static_cast<retry_engine&>(static_cast<control&>(r));
   }
   static retry_engine& owner_of(typename queue_type::entry& e) noexcept {
-    return static_cast<control&>(e).owner;
+    return static_cast<retry_engine&>(static_cast<control&>(e));
   }
   /// The handler's associated allocator, which every intermediate handler carries (a copy each,
   /// never a reference into the state: Asio may ask a handler for it after the state is gone).
@@ -548,25 +564,25 @@ protected:
   /// `P`: the policy as the initiation was given it, moved (or copied) once, into `policy_`.
   template <class P>
   retry_engine(const Exec& exec, const Alloc& alloc, P&& policy, retry_stats* stats,
-               op_origin origin, bool controlled)
+               op_origin origin)
       : frame(exec), alloc_(alloc), policy_(std::forward<P>(policy)),
         core_(policy_of(policy_), stats, std::move(origin)) {
-    if (controlled) {
+    if constexpr (Controlled) {
       const retry_policy& p = policy_of(policy_);
-      ctl_ = std::make_unique<control>(*this);
-      signal_ = &ctl_->signal;
+      control& c = ctl();
+      signal_ = &c.signal;
       timed_ = p.deadline != unlimited || p.attempt_timeout != unlimited;
-      ctl_->claim = &retry_engine::claim_deadline;
-      ctl_->fire = &retry_engine::fire_deadline;
-      ctl_->notify = &retry_engine::notify_from_group;
-      ctl_->batched = &batch_ops;
-      ctl_->context = static_cast<const asio::execution_context*>(
+      c.claim = &retry_engine::claim_deadline;
+      c.fire = &retry_engine::fire_deadline;
+      c.notify = &retry_engine::notify_from_group;
+      c.batched = &batch_ops;
+      c.context = static_cast<const asio::execution_context*>(
           &asio::query(inner_executor(exec_), asio::execution::context));
     }
   }
   ~retry_engine() {
-    if (ctl_) {
-      queue_type::forget(*ctl_);
+    if constexpr (Controlled) {
+      queue_type::forget(ctl());
       unlink_group();
     }
   }
@@ -584,10 +600,15 @@ protected:
   /// step, and every hook of the policy, runs on the operation's executor, and the handler is
   /// never called from inside the initiating function (`complete_now`).
   template <class Slot> static void start(self_ptr s, Slot user_slot) {
-    if (user_slot.is_connected()) {
-      // Weak: a slot that outlives the operation's execution context must not keep it, nor
-      // reach it.
-      user_slot.assign(slot_cancel_step{std::weak_ptr<op_steps>(s)});
+    // A connected slot makes the operation controlled.
+    if constexpr (Controlled) {
+      if (user_slot.is_connected()) {
+        // Weak: a slot that outlives the operation's execution context must not keep it, nor
+        // reach it.
+        user_slot.assign(slot_cancel_step{std::weak_ptr<op_steps>(s)});
+      }
+    } else {
+      (void)user_slot;
     }
     if (running_here(s->exec_)) {
       const initiation_mark mark(s.get());
@@ -648,12 +669,12 @@ protected:
 
   /// Posted by the initiation: link to the group (a cancellation emits from here on), then loop.
   void begin(self_ptr self) {
-    const retry_policy& p = policy_of(policy_);
-    if (signal_) {
+    if constexpr (Controlled) {
+      const retry_policy& p = policy_of(policy_);
       armed_ = true;
       if (!cancelled_ && p.cancellation.can_be_cancelled()) {
-        ctl_->grouped = p.cancellation.attach(*ctl_);
-        cancelled_ = !ctl_->grouped;
+        ctl().grouped = p.cancellation.attach(ctl());
+        cancelled_ = !ctl().grouped;
       }
     }
     core_.started();
@@ -705,17 +726,21 @@ protected:
     if (cancelled())
       return step(std::move(self), core_.abandon_attempt());
     core_.sent();
-    if (timed_)
-      start_attempt(core_.attempt_limit());
+    if constexpr (Controlled) {
+      if (timed_)
+        start_attempt(core_.attempt_limit());
+    }
     in_attempt_ = true;
     send(std::move(self));
   }
 
   void attempt_done(self_ptr self) {
     in_attempt_ = false;
-    if (signal_)
+    bool timed_out = false;
+    if constexpr (Controlled) {
       signal_->slot().clear(); // no handler of the finished attempt stays behind
-    const bool timed_out = timed_ && end_attempt();
+      timed_out = timed_ && end_attempt();
+    }
     step(std::move(self), core_.ended(timed_out, cancelled()));
   }
 
@@ -723,10 +748,10 @@ protected:
   /// the initiation: see `complete_now`).
   void finish(self_ptr self) {
     armed_ = false;
-    if (ctl_) {
+    if constexpr (Controlled) {
       unlink_group();
-      if (ctl_->deadlines)
-        ctl_->deadlines->remove(*ctl_);
+      if (ctl().deadlines)
+        ctl().deadlines->remove(ctl());
     }
     core_.finish();
     deliver(std::move(self));
@@ -736,9 +761,9 @@ protected:
   /// that dies uncompleted (its context torn down). After the first unlink the link is in no
   /// list, so no notice can be in progress on it and the source's lock need not be taken again.
   void unlink_group() noexcept {
-    if (ctl_->grouped) {
-      ctl_->grouped = false;
-      policy_of(policy_).cancellation.detach(*ctl_);
+    if (ctl().grouped) {
+      ctl().grouped = false;
+      policy_of(policy_).cancellation.detach(ctl());
     }
   }
 
@@ -748,14 +773,14 @@ protected:
   // hops onto `Exec`.
 
   void start_attempt(nanoseconds limit) {
-    control& c = *ctl_;
+    control& c = ctl();
     if (!c.deadlines)
       c.deadlines = &queue_type::of(inner_executor(exec_));
     timed_out_ = false;
     c.deadlines->push(c, due_after<queue_type>(limit), ++c.generation);
   }
   bool end_attempt() {
-    ctl_->deadlines->remove(*ctl_);
+    ctl().deadlines->remove(ctl());
     return timed_out_ && !cancelled_;
   }
   static std::shared_ptr<void> claim_deadline(typename queue_type::entry& e) noexcept {
@@ -771,9 +796,13 @@ protected:
   }
   void time_out(std::uint64_t g) override {
     assert(on_exec());
-    if (armed_ && in_attempt_ && ctl_->generation == g && !cancelled_) {
-      timed_out_ = true;
-      cut_attempt();
+    if constexpr (Controlled) {
+      if (armed_ && in_attempt_ && ctl().generation == g && !cancelled_) {
+        timed_out_ = true;
+        cut_attempt();
+      }
+    } else {
+      (void)g; // an operation nothing can cancel has no timed attempt
     }
   }
 
@@ -808,21 +837,24 @@ protected:
   /// `any_io_executor`) is a post; a cancellation emitted before it resumes makes its entry
   /// point throw `operation_aborted` out of `run()` (std::terminate on a thread).
   void cut_attempt() {
-    if (!ctl_->spawn_pending)
-      signal_->emit(asio::cancellation_type::terminal);
+    if constexpr (Controlled)
+      if (!ctl().spawn_pending)
+        signal_->emit(asio::cancellation_type::terminal);
   }
   /// Before a controlled operation co_spawns its attempt.
   void spawning() noexcept {
-    if (ctl_)
-      ctl_->spawn_pending = true;
+    if constexpr (Controlled)
+      ctl().spawn_pending = true;
   }
   /// First thing in a spawned attempt's coroutine, on `Exec`: true when the attempt was cut
   /// (cancelled or timed out) before it began, and so must end at once without running.
   bool spawned_begins() noexcept {
-    if (!ctl_)
+    if constexpr (Controlled) {
+      ctl().spawn_pending = false;
+      return cancelled_ || timed_out_;
+    } else {
       return false;
-    ctl_->spawn_pending = false;
-    return cancelled_ || timed_out_;
+    }
   }
 
   // Always a post: the source may be cancelled from a hook running on this very executor. Weak:
@@ -863,7 +895,6 @@ protected:
   Policy policy_;
   loop_core<clock, T, Ctx> core_;   ///< refers to `policy_`
   std::optional<timer_type> timer_; ///< the sleep timer, made at the first sleep
-  std::unique_ptr<control> ctl_;    ///< controlled only
   std::uint64_t attempt_seq_ = 0;   ///< of the token attempt in flight
   bool running_ = false;
   bool timed_ = false;
@@ -880,11 +911,12 @@ protected:
 /// `Handler` and the executor `Executor` the caller named. It sends each attempt and delivers the
 /// outcome; the rest is the engine's.
 template <class Timer, class T, class Op, class Policy, class Exec, class Executor, class Handler,
-          class Deliver>
-class retry_op final : public retry_engine<Timer, T, Policy, Exec,
-                                           asio::associated_allocator_t<Handler>, context_for<Op>> {
-  using engine =
-      retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>, context_for<Op>>;
+          class Deliver, bool Controlled>
+class retry_op final
+    : public retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>,
+                          context_for<Op>, Controlled> {
+  using engine = retry_engine<Timer, T, Policy, Exec, asio::associated_allocator_t<Handler>,
+                              context_for<Op>, Controlled>;
   using engine::alloc_;
   using engine::attempt_done;
   using engine::attempt_live;
@@ -904,9 +936,9 @@ class retry_op final : public retry_engine<Timer, T, Policy, Exec,
 public:
   template <class P>
   retry_op(const Exec& exec, const Executor& io_ex, Handler h, Op op, P&& policy,
-           retry_stats* stats, op_origin origin, bool controlled)
+           retry_stats* stats, op_origin origin)
       : engine(exec, asio::get_associated_allocator(h), std::forward<P>(policy), stats,
-               std::move(origin), controlled),
+               std::move(origin)),
         io_ex_(keep_io_executor(io_ex)), handler_(std::move(h)), op_(std::move(op)) {
     // Until it completes, the operation keeps its handler's executor busy, as Asio's composed
     // operations do: a handler bound to another context's executor keeps that context's run()
@@ -1042,7 +1074,9 @@ struct handler_executor {};
 
 /// The initiation. The policy (a `retry_policy` or a `shared_policy`) is taken by reference all
 /// the way down and moved (or copied) once, into the state: a `retry_policy` is a large value.
-template <class Timer, class T, class Deliver> struct initiate_retry {
+/// `Controlled`: known to be controlled (`retry_entry` takes this path for no other operation),
+/// so that only the controlled state is instantiated.
+template <class Timer, class T, class Deliver, bool Controlled = false> struct initiate_retry {
   template <class Handler, class Op, class Policy>
   void operator()(Handler&& handler, handler_executor, Op op, Policy&& policy, retry_stats* stats,
                   op_origin origin) const {
@@ -1055,34 +1089,44 @@ template <class Timer, class T, class Deliver> struct initiate_retry {
   void operator()(Handler&& handler, const Executor& ex, Op op, Policy&& policy, retry_stats* stats,
                   op_origin origin) const {
     auto user_slot = asio::get_associated_cancellation_slot(handler);
-    const bool controlled = needs_control(policy_of(policy), user_slot.is_connected());
+    // The state's type follows: the control block is in it only when the operation is controlled.
+    if constexpr (!Controlled) {
+      if (!needs_control(policy_of(policy), user_slot.is_connected())) {
+        launch<false>(std::forward<Handler>(handler), ex, ex, std::move(op),
+                      std::forward<Policy>(policy), stats, std::move(origin), user_slot);
+        return;
+      }
+    } else {
+      assert(needs_control(policy_of(policy), user_slot.is_connected()));
+    }
     // A strand only where a cancellation from another thread, or an attempt timer, could meet
     // the operation's own handlers on another thread.
-    if (!controlled || runs_on_one_thread(ex)) {
-      launch(std::forward<Handler>(handler), ex, ex, std::move(op), std::forward<Policy>(policy),
-             stats, std::move(origin), controlled, user_slot);
+    if (runs_on_one_thread(ex)) {
+      launch<true>(std::forward<Handler>(handler), ex, ex, std::move(op),
+                   std::forward<Policy>(policy), stats, std::move(origin), user_slot);
       return;
     }
     with_serializing_executor(ex, [&](const auto& strand) {
-      launch(std::forward<Handler>(handler), strand, ex, std::move(op),
-             std::forward<Policy>(policy), stats, std::move(origin), true, user_slot);
+      launch<true>(std::forward<Handler>(handler), strand, ex, std::move(op),
+                   std::forward<Policy>(policy), stats, std::move(origin), user_slot);
     });
   }
 
-  template <class Handler, class Exec, class Executor, class Op, class Policy, class Slot>
+  template <bool Control, class Handler, class Exec, class Executor, class Op, class Policy,
+            class Slot>
   static void launch(Handler&& handler, const Exec& exec, const Executor& ex, Op op,
-                     Policy&& policy, retry_stats* stats, op_origin origin, bool controlled,
-                     Slot user_slot) {
+                     Policy&& policy, retry_stats* stats, op_origin origin, Slot user_slot) {
     using handler_type = std::decay_t<Handler>;
-    using state_type =
-        retry_op<Timer, T, Op, std::decay_t<Policy>, Exec, Executor, handler_type, Deliver>;
-    // One allocation, with the handler's allocator, as Asio's composed operations make theirs.
+    using state_type = retry_op<Timer, T, Op, std::decay_t<Policy>, Exec, Executor, handler_type,
+                                Deliver, Control>;
+    // One allocation, with the handler's allocator, as Asio's composed operations make theirs;
+    // a controlled operation's control block is in it.
     using alloc_type = typename std::allocator_traits<
         asio::associated_allocator_t<handler_type>>::template rebind_alloc<state_type>;
     alloc_type alloc(asio::get_associated_allocator(handler));
     auto s = std::allocate_shared<state_type>(alloc, exec, ex, std::forward<Handler>(handler),
                                               std::move(op), std::forward<Policy>(policy), stats,
-                                              std::move(origin), controlled);
+                                              std::move(origin));
     state_type::launch(std::move(s), user_slot);
   }
 };
@@ -1103,7 +1147,7 @@ asio::awaitable<T> retry_entry(Op&& op, Policy&& policy, retry_stats* stats) {
                                                         stats, std::move(origin));
   // The initiation itself, awaited: no wrapper coroutine (and no extra frame) in between.
   auto a = asio::async_initiate<const asio::use_awaitable_t<>&, exception_signature_t<T>>(
-      initiate_retry<Timer, T, deliver_exception>{}, asio::use_awaitable, handler_executor{},
+      initiate_retry<Timer, T, deliver_exception, true>{}, asio::use_awaitable, handler_executor{},
       std::move(op), held(std::forward<Policy>(policy)), stats, std::move(origin));
   if constexpr (std::is_same_v<delivered_t<T>, T>)
     return a;
