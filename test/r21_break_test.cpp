@@ -391,3 +391,74 @@ TEST_CASE("r21: a group cancelling from another thread, the operation on a stran
     });
   }
 }
+
+namespace {
+
+/// `h`, called with success, with `h`'s allocator as its own (as `asio::append` would).
+template <class H> struct with_success {
+  H h;
+  using allocator_type = asio::associated_allocator_t<H>;
+  allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(h); }
+  void operator()() { std::move(h)(std::error_code()); }
+};
+
+/// A token attempt whose operation completes as Asio's own do: from a handler of its own (one
+/// with no allocator), it posts the attempt's handler to that handler's executor, a post that
+/// asks the handler's associated allocator for memory, inside `run()`.
+struct completes_through_post {
+  asio::io_context* io;
+  template <class Token> auto operator()(Token&& token) {
+    return asio::async_initiate<Token, void(std::error_code)>(
+        [io = io](auto h) {
+          asio::post(*io, [h = std::move(h)]() mutable {
+            const auto ex = asio::get_associated_executor(h);
+            asio::post(ex, with_success<decltype(h)>{std::move(h)});
+          });
+        },
+        token);
+  }
+};
+
+} // namespace
+
+TEST_CASE("r21: a token attempt's handler, posted at its completion with an allocator that "
+          "refuses once, neither loses the operation nor throws out of run()") {
+  int lost = 0;
+  int escaped_runs = 0;
+  for (int k = 0; k < 12; ++k) {
+    CAPTURE(k);
+    auto counts = std::make_shared<refusal_counts>();
+    int calls = 0;
+    bool escaped = false;
+    bool initiated = false;
+    {
+      asio::io_context io(1);
+      try {
+        coretry::async_retry(io.get_executor(), completes_through_post{&io},
+                             retry_policy{.max_attempts = 2},
+                             asio::bind_allocator(refusing_allocator<void>(counts, k, true),
+                                                  [&calls](std::error_code) { ++calls; }));
+        initiated = true;
+      } catch (const std::bad_alloc&) {
+      }
+      for (int i = 0; i < 4; ++i) {
+        try {
+          io.run();
+          break;
+        } catch (...) {
+          escaped = true;
+          io.restart();
+        }
+      }
+    }
+    if (!initiated)
+      continue;
+    CHECK_FALSE(escaped);
+    CHECK(calls == 1);
+    lost += calls == 0 ? 1 : 0;
+    escaped_runs += escaped ? 1 : 0;
+    CHECK(counts->returned == counts->served);
+  }
+  CHECK(lost == 0);
+  CHECK(escaped_runs == 0);
+}
