@@ -638,11 +638,13 @@ template <class T> struct counting_allocator {
   }
 };
 
-/// Whether `a` is a copy of the counting allocator on `counts`.
+/// Whether `a` is a copy of the counting allocator on `counts`, or asks one first.
 template <class A>
 bool counts_into(const A& a, const std::shared_ptr<allocation_counts>& counts) noexcept {
   if constexpr (requires { a.counts; })
     return a.counts == counts;
+  else if constexpr (requires { a.inner(); })
+    return counts_into(a.inner(), counts); // behind the operation's fallback (issue 28)
   else
     return false;
 }

@@ -13,10 +13,10 @@
 // them), or leave a strand stalled (its queued handler posted, its own scheduling not). An
 // allocator that throws there (an arena that has run out) would end the process, or the
 // operation uncompleted. So they carry `fallback_allocator`: it asks the handler's allocator
-// first and, when that throws, the default heap. Only what the operation hands to others keeps
-// the allocator as it is: a token attempt's handler (the attempt's initiating function may
-// throw; that is the attempt's outcome) and co_spawn's completion (which co_spawn never
-// allocates with).
+// first and, when that throws, the default heap. A token attempt's handler carries it too: the
+// attempt's operation may ask it for memory inside `run()` (posting its completion), where a
+// refusal would lose the attempt and the operation with it. Only co_spawn's completion keeps the
+// allocator as it is (co_spawn never allocates with it).
 //
 // The alternative, undoing the step and letting the exception leave `run()`, has no `run()` to
 // leave from a group's notice (it runs on the thread calling `cancel()`), and an attempt's

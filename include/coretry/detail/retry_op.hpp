@@ -550,7 +550,7 @@ protected:
   /// The handler's associated allocator, which every intermediate handler carries (a copy each,
   /// never a reference into the state: Asio may ask a handler for it after the state is gone).
   /// The operation's own hops carry it as `fallback_t`, with the default heap behind it
-  /// (fallback_allocator.hpp); only a token attempt's handler carries it as it is.
+  /// (fallback_allocator.hpp), a token attempt's handler included.
   using allocator_type = Alloc;
   using frame = op_frame<Exec, T>;
   using frame::exec_;
@@ -931,7 +931,11 @@ class retry_op final
   using handler_executor_type = asio::associated_executor_t<Handler, Executor>;
   using handler_work_type = work_t<handler_executor_type>;
   static constexpr bool same_executor = std::is_same_v<Exec, Executor>;
-  using attempt_handler = attempt_step<Exec, T, allocator_type, typename taker_of<shape>::type>;
+  /// A token attempt's handler carries the allocator as `fallback_t` too: the attempt's operation
+  /// asks it for memory where a refusal could not be the attempt's outcome (a completion posted
+  /// from inside `run()`: the handler, and with it the operation, would be lost).
+  using attempt_handler =
+      attempt_step<Exec, T, fallback_t<allocator_type>, typename taker_of<shape>::type>;
 
 public:
   template <class P>
@@ -968,7 +972,7 @@ private:
         // there: the caller's handler then goes through its immediate executor (`deliver`), not
         // inline, so that what it throws leaves through `run()` rather than this `catch`.
         const initiation_mark mark(this);
-        shape::initiate(op_, core_.context(), attempt_handler{self, seq, alloc_});
+        shape::initiate(op_, core_.context(), attempt_handler{self, seq, with_fallback(alloc_)});
         // Cancelled inside the initiating function (it emitted the caller's slot, say) before
         // the operation had connected its slot: emitted again, now that it has.
         if (!cancelled_before && cancelled_ && attempt_live(seq))
